@@ -1,0 +1,45 @@
+# clawbed: one Makefile over the Python distribution and the Cargo workspace.
+#   make setup    install what is missing (system packages, .venv, Rust build); idempotent
+#   make replay   setup, then the main job on the bundled defaults
+#   make test     setup, then every test (Rust and Python)
+#   make bench    setup, then the benchmarks; figures printed and written to bench-results/
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+# A rustup toolchain in ~/.cargo wins over a distribution cargo when both exist.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+VENV := .venv
+CLAWBED := $(VENV)/bin/clawbed
+PYTEST := $(VENV)/bin/pytest
+RUN_DIR := runs/default
+DEFAULT_TRACE := traces/samples/busy-cell.cbt
+
+.PHONY: setup build replay test test-rust test-python bench clean
+
+setup:
+	bash scripts/provision.sh
+
+build: setup
+
+replay: setup
+	mkdir -p $(RUN_DIR)
+	$(CLAWBED) trace validate $(DEFAULT_TRACE)
+	$(CLAWBED) trace info $(DEFAULT_TRACE)
+	$(CLAWBED) trace plot $(DEFAULT_TRACE) -o $(RUN_DIR)/trace.png
+	@echo "replay: trace report in $(RUN_DIR)/"
+
+test: setup test-rust test-python
+
+test-rust:
+	cargo test --release --locked --workspace
+
+test-python:
+	$(PYTEST) -q
+
+bench: setup
+	mkdir -p bench-results
+	$(VENV)/bin/python -m clawbed.traces.bench
+	@echo "bench: results in bench-results/"
+
+clean:
+	rm -rf target $(VENV) bench-results

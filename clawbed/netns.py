@@ -1,0 +1,337 @@
+"""Network namespaces, links and processes owned by objects whose teardown removes them.
+
+Every OS resource a run creates is named ``cb<run id>…`` and recorded in a ledger file as it
+is created, so that cleanup is structural: closing the :class:`Resources` stack removes
+exactly what was made (on success, on error, on Ctrl-C, on SIGTERM), and ``clawbed cleanup``
+can remove what a killed run left by reading its ledger. Nothing is ever removed by pattern.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import signal
+import string
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Callable, Iterator, Sequence
+
+from pyroute2 import IPRoute, NetNS, netns
+from pyroute2.netlink.exceptions import NetlinkError
+
+from clawbed.errors import ClawbedError
+
+#: Every resource name starts with this prefix (the before-stop hook lists ``cb*`` leftovers).
+PREFIX = "cb"
+#: Linux limit on interface names, characters.
+IFNAME_MAX = 15
+RUN_ID_ALPHABET = string.ascii_lowercase + string.digits
+RUN_ID_LENGTH = 4
+
+
+class ResourceError(ClawbedError):
+    """A system call on a namespace, link or process failed; the message says which and why."""
+
+
+def new_run_id() -> str:
+    """A short random run id (4 characters of [a-z0-9]) so names stay within 15 characters."""
+    return "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(RUN_ID_LENGTH))
+
+
+def resource_name(run_id: str, role: str) -> str:
+    """``cb<run id><role>``, checked against the interface-name limit."""
+    name = f"{PREFIX}{run_id}{role}"
+    if len(name) > IFNAME_MAX:
+        raise ValueError(f"resource name {name!r} is longer than {IFNAME_MAX} characters")
+    return name
+
+
+def _attempt(what: str, fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except NetlinkError as e:
+        raise ResourceError(f"{what}: {os.strerror(e.code) if e.code else e}") from e
+    except OSError as e:
+        raise ResourceError(f"{what}: {e.strerror or e}") from e
+
+
+class Ledger:
+    """An append-only JSON-lines record of what a run created, written before it is used."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(self, kind: str, name: str, **extra: object) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"kind": kind, "name": name, **extra}) + "\n")
+            f.flush()
+
+    def entries(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+class Namespace:
+    """A network namespace ``name`` with its loopback up; :meth:`close` deletes it."""
+
+    def __init__(self, name: str) -> None:
+        if not name.startswith(PREFIX):
+            raise ValueError(f"namespace {name!r} must start with {PREFIX!r}")
+        self.name = name
+        _attempt(f"creating network namespace {name}", lambda: netns.create(name))
+        self._closed = False
+        with self.netlink() as ns:
+            lo = ns.link_lookup(ifname="lo")[0]
+            _attempt(f"bringing up lo in {name}", lambda: ns.link("set", index=lo, state="up"))
+
+    @contextlib.contextmanager
+    def netlink(self) -> Iterator[NetNS]:
+        """A netlink socket inside the namespace."""
+        sock = _attempt(f"opening netlink in namespace {self.name}", lambda: NetNS(self.name))
+        try:
+            yield sock  # type: ignore[misc]
+        finally:
+            sock.close()  # type: ignore[union-attr]
+
+    @property
+    def path(self) -> str:
+        """The namespace's bind mount, for ``setns`` by other programs."""
+        return f"/var/run/netns/{self.name}"
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` wrapped to run inside this namespace."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run a command to completion inside the namespace; failures name the command."""
+        try:
+            proc = subprocess.run(self.command(argv), capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            raise ResourceError(f"in namespace {self.name}: {' '.join(argv)} did not finish in {timeout_s} s") from e
+        if check and proc.returncode != 0:
+            raise ResourceError(
+                f"in namespace {self.name}: {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}"
+            )
+        return proc
+
+    def sysctl(self, key: str, value: str | int) -> None:
+        """Set a per-namespace sysctl (e.g. ``net.ipv4.tcp_congestion_control``)."""
+        path = "/proc/sys/" + key.replace(".", "/")
+        self.run(["sh", "-c", f"echo {value} > {path}"])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            netns.remove(self.name)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise ResourceError(f"removing network namespace {self.name}: {e.strerror}") from e
+
+
+@dataclass
+class Endpoint:
+    """One end of a link: its namespace, interface name and IPv4 address with prefix."""
+
+    ns: Namespace
+    ifname: str
+    address: str | None = None
+    prefixlen: int = 24
+
+
+class VethPair:
+    """A veth link between two namespaces, addressed and up. Deleting one end deletes both."""
+
+    def __init__(self, a: Endpoint, b: Endpoint, mtu: int = 1500) -> None:
+        for end in (a, b):
+            if not end.ifname.startswith(PREFIX) or len(end.ifname) > IFNAME_MAX:
+                raise ValueError(f"interface name {end.ifname!r} must start with {PREFIX!r}, ≤ {IFNAME_MAX} chars")
+        self.a, self.b = a, b
+        what = f"creating veth {a.ifname}@{a.ns.name} <-> {b.ifname}@{b.ns.name}"
+        # Made in the root namespace with the peer placed in b, then the near end moved to a:
+        # pyroute2 resolves the peer's namespace by name only from the root namespace.
+        with IPRoute() as ipr:
+            _attempt(what, lambda: ipr.link("add", ifname=a.ifname, kind="veth",
+                                            peer={"ifname": b.ifname, "net_ns_fd": b.ns.name}))
+            self._closed = False
+            index = ipr.link_lookup(ifname=a.ifname)[0]
+            _attempt(f"moving {a.ifname} into {a.ns.name}", lambda: ipr.link("set", index=index, net_ns_fd=a.ns.name))
+        for end in (a, b):
+            with end.ns.netlink() as ns:
+                index = ns.link_lookup(ifname=end.ifname)[0]
+                if end.address:
+                    _attempt(f"addressing {end.ifname} in {end.ns.name} as {end.address}/{end.prefixlen}",
+                             lambda: ns.addr("add", index=index, address=end.address, prefixlen=end.prefixlen))
+                _attempt(f"bringing up {end.ifname} in {end.ns.name}",
+                         lambda: ns.link("set", index=index, state="up", mtu=mtu))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(ResourceError):
+            with self.a.ns.netlink() as ns:
+                found = ns.link_lookup(ifname=self.a.ifname)
+                if found:
+                    _attempt(f"deleting veth {self.a.ifname}", lambda: ns.link("del", index=found[0]))
+
+
+class OwnedProcess:
+    """A process this run started; :meth:`close` stops exactly that PID (TERM, then KILL)."""
+
+    def __init__(self, argv: Sequence[str], *, name: str, log_path: Path | None = None,
+                 stdout: int | None = None, env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self._log = log_path.open("ab") if log_path else None
+        try:
+            self.popen = subprocess.Popen(
+                self.argv,
+                stdout=stdout if stdout is not None else (self._log or subprocess.DEVNULL),
+                stderr=self._log or subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                # Own process group: a Ctrl-C on the terminal reaches only us, and we stop it in order.
+                start_new_session=True,
+            )
+        except OSError as e:
+            if self._log:
+                self._log.close()
+            raise ResourceError(f"starting {name} ({argv[0]}): {e.strerror}") from e
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def close(self, timeout_s: float = 5.0) -> int | None:
+        """Stop the process (SIGTERM, SIGKILL after ``timeout_s``) and return its exit status."""
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    self.popen.kill()
+                self.popen.wait()
+        if self._log:
+            self._log.close()
+            self._log = None
+        return self.popen.returncode
+
+
+class Resources(contextlib.ExitStack):
+    """The resources of one run: created through it, recorded in its ledger, removed in reverse.
+
+    Use as a context manager. While it is open, SIGTERM raises :class:`KeyboardInterrupt` in
+    the main thread, so a terminated run unwinds exactly like a Ctrl-C.
+    """
+
+    def __init__(self, run_id: str, ledger_path: Path) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.ledger = Ledger(ledger_path)
+        self._old_sigterm: object = None
+        self._owner_pid = os.getpid()
+
+    def __enter__(self) -> "Resources":
+        super().__enter__()
+        self._owner_pid = os.getpid()
+        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt_in(self._owner_pid))
+        self.callback(lambda: signal.signal(signal.SIGTERM, self._old_sigterm))  # type: ignore[arg-type]
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        # pyroute2 forks helper processes (without exec) to open sockets in namespaces; a
+        # forked copy of this stack must never tear down the parent's resources.
+        if os.getpid() != self._owner_pid:
+            os._exit(1)
+        return super().__exit__(*exc)  # type: ignore[arg-type]
+
+    def name(self, role: str) -> str:
+        return resource_name(self.run_id, role)
+
+    def namespace(self, role: str) -> Namespace:
+        name = self.name(role)
+        self.ledger.record("netns", name)
+        ns = Namespace(name)
+        self.callback(ns.close)
+        return ns
+
+    def veth(self, a: Endpoint, b: Endpoint, mtu: int = 1500) -> VethPair:
+        self.ledger.record("link", a.ifname, netns=a.ns.name)
+        pair = VethPair(a, b, mtu)
+        self.callback(pair.close)
+        return pair
+
+    def process(self, argv: Sequence[str], *, name: str, **kwargs: object) -> OwnedProcess:
+        proc = OwnedProcess(argv, name=name, **kwargs)  # type: ignore[arg-type]
+        self.ledger.record("process", name, pid=proc.pid, argv=list(argv))
+        self.callback(proc.close)
+        return proc
+
+
+def _raise_interrupt_in(owner_pid: int) -> Callable[[int, FrameType | None], None]:
+    """A SIGTERM handler that unwinds the owner process like Ctrl-C, and in a forked child
+    (which inherits handlers) simply terminates it as the default action would."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner_pid:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return handler
+
+
+def cleanup_from_ledger(path: Path) -> list[str]:
+    """Remove what a ledger records and still exists (a run killed with SIGKILL); return what was removed."""
+    removed: list[str] = []
+    for entry in reversed(Ledger(path).entries()):
+        kind, name = entry["kind"], entry["name"]
+        if kind == "process":
+            pid = int(entry["pid"])
+            if _pid_runs(pid, entry.get("argv", [])):
+                os.kill(pid, signal.SIGTERM)
+                removed.append(f"process {name} (pid {pid})")
+        elif kind == "link":
+            with contextlib.suppress(OSError, NetlinkError):
+                target: IPRoute | NetNS = NetNS(entry["netns"]) if entry.get("netns") else IPRoute()
+                with target as ipr:
+                    found = ipr.link_lookup(ifname=name)
+                    if found:
+                        ipr.link("del", index=found[0])
+                        removed.append(f"link {name}")
+        elif kind == "netns" and name in netns.listnetns():
+            netns.remove(name)
+            removed.append(f"namespace {name}")
+    return removed
+
+
+def _pid_runs(pid: int, argv: list[str]) -> bool:
+    """True when ``pid`` is alive and still runs the recorded program (not a reused PID)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(argv) and cmdline[0].decode(errors="replace") == argv[0]
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.02) -> None:
+    """Poll ``predicate`` until true; raise naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise ResourceError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)

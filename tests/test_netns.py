@@ -1,0 +1,101 @@
+"""Owned namespaces, links and processes: created, used, and removed exactly (needs root)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pyroute2 import netns
+
+from clawbed.netns import Endpoint, Resources, cleanup_from_ledger, new_run_id, resource_name
+
+
+def leftovers(run_id: str) -> list[str]:
+    """Namespaces and root-namespace links of this run (links inside a namespace go with it)."""
+    prefix = f"cb{run_id}"
+    names = [n for n in netns.listnetns() if n.startswith(prefix)]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    names += [line.split(": ")[1].split("@")[0] for line in links.splitlines() if f": {prefix}" in line]
+    return names
+
+
+def test_resource_names_are_prefixed_and_short() -> None:
+    rid = new_run_id()
+    assert resource_name(rid, "ue0").startswith("cb" + rid)
+    with pytest.raises(ValueError, match="longer than 15"):
+        resource_name(rid, "a-very-long-role")
+
+
+def test_namespaces_and_veth_work_and_are_removed(tmp_path: Path) -> None:
+    rid = new_run_id()
+    with Resources(rid, tmp_path / "ledger.jsonl") as res:
+        a, b = res.namespace("a"), res.namespace("b")
+        res.veth(Endpoint(a, res.name("va"), "10.201.0.1"), Endpoint(b, res.name("vb"), "10.201.0.2"))
+        out = a.run(["ping", "-c", "1", "-W", "2", "10.201.0.2"])
+        assert "1 received" in out.stdout
+        sleeper = res.process(a.command(["sleep", "30"]), name="sleeper")
+        assert sleeper.alive()
+        assert len(leftovers(rid)) == 2  # the namespaces; the veth ends live inside them
+    assert leftovers(rid) == []
+    assert not sleeper.alive()
+
+
+def test_error_inside_the_run_still_removes_everything(tmp_path: Path) -> None:
+    rid = new_run_id()
+    with pytest.raises(RuntimeError):
+        with Resources(rid, tmp_path / "ledger.jsonl") as res:
+            res.namespace("x")
+            raise RuntimeError("boom")
+    assert leftovers(rid) == []
+
+
+def test_failed_system_call_names_what_was_attempted(tmp_path: Path) -> None:
+    rid = new_run_id()
+    with Resources(rid, tmp_path / "ledger.jsonl") as res:
+        a = res.namespace("a")
+        with pytest.raises(Exception, match=f"in namespace cb{rid}a: false exited 1"):
+            a.run(["false"])
+    assert leftovers(rid) == []
+
+
+def _child_script(rid: str, ledger: Path) -> str:
+    return textwrap.dedent(f"""
+        import time
+        from clawbed.netns import Resources, Endpoint
+        with Resources({rid!r}, __import__('pathlib').Path({str(ledger)!r})) as res:
+            a, b = res.namespace("a"), res.namespace("b")
+            res.veth(Endpoint(a, res.name("va")), Endpoint(b, res.name("vb")))
+            print("ready", flush=True)
+            time.sleep(60)
+    """)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_unwinds_the_run(tmp_path: Path, sig: signal.Signals) -> None:
+    rid = new_run_id()
+    child = subprocess.Popen([sys.executable, "-c", _child_script(rid, tmp_path / "l.jsonl")],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    assert len(leftovers(rid)) == 2  # the namespaces; the veth ends live inside them
+    child.send_signal(sig)
+    child.wait(timeout=10)
+    assert leftovers(rid) == []
+
+
+def test_ledger_cleans_up_after_sigkill(tmp_path: Path) -> None:
+    rid = new_run_id()
+    ledger = tmp_path / "l.jsonl"
+    child = subprocess.Popen([sys.executable, "-c", _child_script(rid, ledger)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    child.kill()
+    child.wait(timeout=10)
+    assert len(leftovers(rid)) == 2  # the namespaces; the veth ends live inside them
+    removed = cleanup_from_ledger(ledger)
+    assert f"namespace cb{rid}a" in removed
+    time.sleep(0.05)
+    assert leftovers(rid) == []

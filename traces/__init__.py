@@ -1,0 +1,1 @@
+"""PHY traces: the format (``schema``, ``io``), its validator, generators, importers and tools."""
