@@ -9,13 +9,16 @@ can remove what a killed run left by reading its ledger. Nothing is ever removed
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
 import secrets
 import signal
 import string
+import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,3 +338,35 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, inter
         if time.monotonic() > deadline:
             raise ResourceError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
+
+
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def socket_in_namespace(ns_name: str, family: int = socket.AF_INET,
+                        kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket created inside namespace ``ns_name`` (it stays there; this process does not move).
+
+    A socket belongs to the namespace it was created in, so a short-lived thread enters the
+    namespace (``setns`` is per thread), creates it, and ends; Python 3.11 has no ``os.setns``.
+    """
+    result: dict[str, object] = {}
+
+    def make() -> None:
+        try:
+            with open(f"/var/run/netns/{ns_name}") as f:
+                if _libc.setns(f.fileno(), _CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err))
+            result["sock"] = socket.socket(family, kind)
+        except OSError as e:
+            result["error"] = e
+
+    t = threading.Thread(target=make, name=f"setns-{ns_name}")
+    t.start()
+    t.join()
+    if "error" in result:
+        e = result["error"]
+        raise ResourceError(f"creating a socket in namespace {ns_name}: {getattr(e, 'strerror', e)}")
+    return result["sock"]  # type: ignore[return-value]

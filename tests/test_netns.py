@@ -99,3 +99,31 @@ def test_ledger_cleans_up_after_sigkill(tmp_path: Path) -> None:
     assert f"namespace cb{rid}a" in removed
     time.sleep(0.05)
     assert leftovers(rid) == []
+
+
+def test_socket_in_namespace_reaches_that_namespaces_loopback(tmp_path: Path) -> None:
+    from clawbed.netns import socket_in_namespace
+
+    rid = new_run_id()
+    with Resources(rid, tmp_path / "ledger.jsonl") as res:
+        a = res.namespace("a")
+        server = res.process(a.command([sys.executable, "-c", textwrap.dedent("""
+            import socket
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 47011)); s.listen()
+            c, _ = s.accept(); c.sendall(b"inside"); c.close()
+        """)]), name="server")
+        sock = socket_in_namespace(a.name)
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                sock.connect(("127.0.0.1", 47011))
+                break
+            except ConnectionRefusedError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+                sock.close()
+                sock = socket_in_namespace(a.name)
+        assert sock.recv(16) == b"inside"
+        sock.close()
+        assert server.popen.wait(timeout=5) == 0
