@@ -6,6 +6,7 @@ This module is the Python source of truth for what a valid trace holds; the code
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,3 +142,13 @@ def make_trace(metadata: dict[str, Any], **columns: np.ndarray) -> Trace:
         cols[name] = np.ascontiguousarray(values, dtype=COLUMN_BY_NAME[name].np_dtype)
     metadata = dict(metadata, duration_ms=n)
     return Trace(metadata, cols)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Parse JSON as the format means it (RFC 8259): Python's json also takes NaN and
+    Infinity, which other readers (serde_json) refuse, so they are refused here too."""
+    return json.loads(text, parse_constant=_reject_constant)
