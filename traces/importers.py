@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import re
-import secrets
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,6 +24,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from clawbed.errors import InputError
+from clawbed.files import atomic_write
 from clawbed.lte import MAX_MCS, N_RB_BY_BANDWIDTH_MHZ, SFN_CYCLE, capacity_bits, tbs_grid
 from clawbed.traces.schema import COLUMN_BY_NAME, Trace, make_trace, new_metadata
 
@@ -311,25 +310,9 @@ def export_mahimahi(trace: Trace, out_path: Path) -> int:
                          "needs at least one delivery opportunity")
     # One string per busy ms, not per line: a busy ms often has several opportunities.
     text = "".join(f"{t}\n" * n for t, n in zip(trace["t_ms"][busy].tolist(), per_ms[busy].tolist()))
-    _write_atomic(out_path, text.encode())
+    with atomic_write(out_path) as f:
+        f.write(text.encode())
     return int(per_ms.sum())
-
-
-def _write_atomic(out_path: Path, data: bytes) -> None:
-    """Write ``data`` to ``out_path`` so a reader sees the old file or the whole new one."""
-    # Beside the target so the rename stays on one file system; mode 0o666 lets the umask
-    # decide, as for any new file (mm-link may run as another user).
-    tmp = out_path.with_name(f".{out_path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out_path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"{out_path}: cannot write: {e.strerror}") from e
 
 
 # --- decoder CSV ---------------------------------------------------------------------------

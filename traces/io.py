@@ -7,12 +7,11 @@ checks the in-memory trace the same way, so a written file always reads back.
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
 from clawbed.errors import InputError
+from clawbed.files import atomic_write
 from clawbed.traces import binary, csvform
 from clawbed.traces.schema import Trace
 from clawbed.traces.validate import Defect, check_trace, parse_file
@@ -61,25 +60,5 @@ def write_trace(trace: Trace, path: str | Path) -> None:
     defects = check_trace(trace, path)
     if defects:
         raise TraceFormatError(path, defects, "not writing")
-    # Same directory as the target so that the rename is atomic (same file system).
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        # os.open with 0o666 lets the umask set the mode, as for any new file.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        if suffix == ".cbt":
-            with os.fdopen(fd, "wb") as f:
-                binary.write(trace, f)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                csvform.write(trace, f)
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write {path}: {e.strerror}") from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "wb" if suffix == ".cbt" else "w") as f:
+        (binary if suffix == ".cbt" else csvform).write(trace, f)
