@@ -192,19 +192,26 @@ class OwnedProcess:
     """A process this run started; :meth:`close` stops exactly that PID (TERM, then KILL)."""
 
     def __init__(self, argv: Sequence[str], *, name: str, log_path: Path | None = None,
-                 stdout: int | None = None, env: dict[str, str] | None = None) -> None:
+                 stdout: int | None = None, env: dict[str, str] | None = None,
+                 interactive: bool = False) -> None:
+        """``interactive``: the process uses this one's terminal (stdin, stdout, stderr) and
+        stays in its session, so a Ctrl-C reaches both (a user's command or shell run inside
+        a namespace); it excludes ``log_path`` and ``stdout``."""
+        if interactive and (log_path or stdout is not None):
+            raise ValueError("an interactive process uses the terminal: no log_path or stdout")
         self.name = name
         self.argv = list(argv)
         self._log = log_path.open("ab") if log_path else None
+        quiet = self._log or subprocess.DEVNULL
         try:
             self.popen = subprocess.Popen(
                 self.argv,
-                stdout=stdout if stdout is not None else (self._log or subprocess.DEVNULL),
-                stderr=self._log or subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
+                stdout=None if interactive else (stdout if stdout is not None else quiet),
+                stderr=None if interactive else quiet,
+                stdin=None if interactive else subprocess.DEVNULL,
                 env=env,
                 # Own process group: a Ctrl-C on the terminal reaches only us, and we stop it in order.
-                start_new_session=True,
+                start_new_session=not interactive,
             )
         except OSError as e:
             if self._log:
@@ -323,12 +330,20 @@ def cleanup_from_ledger(path: Path) -> list[str]:
 
 
 def _pid_runs(pid: int, argv: list[str]) -> bool:
-    """True when ``pid`` is alive and still runs the recorded program (not a reused PID)."""
+    """True when ``pid`` is alive and still runs the recorded program (not a reused PID).
+
+    ``ip netns exec NS CMD…`` replaces itself with CMD, so such a process is recognised by
+    either program name.
+    """
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return bool(argv) and cmdline[0].decode(errors="replace") == argv[0]
+    running = cmdline[0].decode(errors="replace")
+    names = {argv[0]} if argv else set()
+    if argv[:3] == ["ip", "netns", "exec"] and len(argv) > 4:
+        names.add(argv[4])
+    return running in names
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.02) -> None:

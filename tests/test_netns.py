@@ -70,6 +70,8 @@ def _child_script(rid: str, ledger: Path) -> str:
         with Resources({rid!r}, __import__('pathlib').Path({str(ledger)!r})) as res:
             a, b = res.namespace("a"), res.namespace("b")
             res.veth(Endpoint(a, res.name("va")), Endpoint(b, res.name("vb")))
+            sleeper = res.process(a.command(["sleep", "60"]), name="sleeper")
+            open({str(ledger) + ".pid"!r}, "w").write(str(sleeper.pid))
             print("ready", flush=True)
             time.sleep(60)
     """)
@@ -95,8 +97,10 @@ def test_ledger_cleans_up_after_sigkill(tmp_path: Path) -> None:
     child.kill()
     child.wait(timeout=10)
     assert len(leftovers(rid)) == 2  # the namespaces; the veth ends live inside them
+    sleeper_pid = int(Path(str(ledger) + ".pid").read_text())
     removed = cleanup_from_ledger(ledger)
     assert f"namespace cb{rid}a" in removed
+    assert f"process sleeper (pid {sleeper_pid})" in removed
     time.sleep(0.05)
     assert leftovers(rid) == []
 
