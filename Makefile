@@ -39,6 +39,7 @@ test-python:
 bench: setup
 	mkdir -p bench-results
 	$(VENV)/bin/python -m clawbed.traces.bench
+	$(VENV)/bin/python -m clawbed.emulator.bench
 	@echo "bench: results in bench-results/"
 
 clean:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from clawbed import __version__
-from clawbed.errors import ClawbedError
+from clawbed.emulator.cli import emu
+from clawbed.errors import ClawbedError, InputError
 from clawbed.traces.cli import trace
 
 
@@ -18,6 +20,28 @@ def cli() -> None:
 
 
 cli.add_command(trace)
+cli.add_command(emu)
+
+
+@cli.command()
+@click.argument("target", type=click.Path(path_type=Path, exists=True))
+def cleanup(target: Path) -> None:
+    """Remove what a killed run left behind, as recorded in its ledger.
+
+    TARGET is a run directory (its ``ledger.jsonl``) or a ledger file. Only what the ledger
+    records and still exists is removed: namespaces, links and the processes it started.
+    """
+    # Importing the BPF loader registers the cleanup of the kinds it records (pins, mounts, qdiscs).
+    import clawbed.claw.server.loader  # noqa: F401
+    from clawbed.netns import cleanup_from_ledger
+
+    ledger = target / "ledger.jsonl" if target.is_dir() else target
+    if not ledger.is_file():
+        raise InputError(f"{target}: no ledger.jsonl here (a run directory or a ledger file is expected)")
+    removed = cleanup_from_ledger(ledger)
+    for item in removed:
+        click.echo(f"removed {item}")
+    click.echo(f"{ledger}: {len(removed)} leftover(s) removed")
 
 
 def main() -> None:

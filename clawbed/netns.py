@@ -305,12 +305,31 @@ def _raise_interrupt_in(owner_pid: int) -> Callable[[int, FrameType | None], Non
     return handler
 
 
+#: Ledger kinds that other modules know how to undo (BPF pins, mounts, qdiscs, ...): each
+#: handler takes the entry and returns what it removed, or None when nothing was left.
+CLEANUP_HANDLERS: dict[str, Callable[[dict], str | None]] = {}
+
+
+def register_cleanup(kinds: Sequence[str], handler: Callable[[dict], str | None]) -> None:
+    """Let :func:`cleanup_from_ledger` undo ledger entries of ``kinds`` through ``handler``."""
+    for kind in kinds:
+        CLEANUP_HANDLERS[kind] = handler
+
+
 def cleanup_from_ledger(path: Path) -> list[str]:
-    """Remove what a ledger records and still exists (a run killed with SIGKILL); return what was removed."""
+    """Remove what a ledger records and still exists (a run killed with SIGKILL); return what was removed.
+
+    Entries are undone newest first, so a pin goes before its mount and a process before
+    its namespace. Kinds this module does not own go to their registered handler.
+    """
     removed: list[str] = []
     for entry in reversed(Ledger(path).entries()):
         kind, name = entry["kind"], entry["name"]
-        if kind == "process":
+        if kind in CLEANUP_HANDLERS:
+            done = CLEANUP_HANDLERS[kind](entry)
+            if done:
+                removed.append(done)
+        elif kind == "process":
             pid = int(entry["pid"])
             if _pid_runs(pid, entry.get("argv", [])):
                 os.kill(pid, signal.SIGTERM)

@@ -100,4 +100,26 @@ fi
 say "building the Rust workspace (release) with $cargo_bin"
 "$cargo_bin" build --release --locked --workspace -q
 
-say "ready: .venv/bin/clawbed, target/release/"
+# --- BPF programs ----------------------------------------------------------------------------
+# CLAW's congestion control and its ACK-flag programs, compiled against this kernel's BTF
+# (vmlinux.h is generated, never committed); skips what is current.
+say "building the BPF programs into target/bpf"
+bash claw/bpf/build.sh target/bpf
+
+# --- Kernel settings -------------------------------------------------------------------------
+# A namespace other than the root one may default only to a congestion control on the
+# allowed list; the baselines (cubic, reno, bbr) must all be usable as a server namespace's
+# default, since nginx cannot choose one per socket. This adds to the list, never removes.
+allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+for cc in reno cubic bbr; do
+  case " $allowed " in
+    *" $cc "*) ;;
+    *) if grep -qw "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control; then allowed="$allowed $cc"; fi ;;
+  esac
+done
+if [ "$allowed" != "$(sysctl -n net.ipv4.tcp_allowed_congestion_control)" ]; then
+  say "allowing congestion controls as namespace defaults: $allowed"
+  sysctl -qw net.ipv4.tcp_allowed_congestion_control="$allowed"
+fi
+
+say "ready: .venv/bin/clawbed, target/release/, target/bpf/"

@@ -1,0 +1,354 @@
+"""The emulator's configuration as a validated model, written as the JSON file ``clawbed-emu`` reads.
+
+The keys, defaults and ranges mirror the binary's (``emulator/dataplane/src/config.rs`` and
+``emulator/cell/src/config.rs``; the binary is the authority and checks everything again),
+so a mistake is reported here, naming the field in the binary's notation
+(``ues[1].rate``), before the emulator starts. Unknown keys are refused, as the binary
+refuses them.
+
+Build one for a topology with :meth:`EmulatorConfig.for_topology`; write it with
+:meth:`EmulatorConfig.write`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from clawbed.errors import InputError
+from clawbed.netns import IFNAME_MAX
+
+from clawbed.emulator.topology import CellTopology
+
+#: Most UEs the binary accepts.
+MAX_UES = 64
+#: Upper bound of every configured delay, ms.
+MAX_DELAY_MS = 10_000.0
+#: Default diag feed port on 127.0.0.1 in each UE namespace.
+DEFAULT_DIAG_PORT = 5775
+
+_RATE_UNITS = {"": 1.0, "bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+_RATE = re.compile(r"^([0-9]*\.?[0-9]+)([a-z]*)$")
+_IFNAME = re.compile(rf"^[A-Za-z0-9._-]{{1,{IFNAME_MAX}}}$")
+
+
+class ConfigError(InputError):
+    """An invalid emulator setting; the message names the field (``ues[0].rate``) or flag."""
+
+
+def parse_rate_bps(text: str) -> int:
+    """A rate like ``12mbit``, ``1.5Mbit``, ``500kbit``, ``1gbit``, ``800bit`` or ``800`` in bit/s.
+
+    Byte units (``mbps``, ``MB``) are refused, as the binary refuses them: tc's ``mbps``
+    means megabytes per second, a classic trap.
+    """
+    match = _RATE.match(text.strip().lower())
+    if not match or match.group(2) not in _RATE_UNITS:
+        unit = match.group(2) if match else ""
+        hint = f"unknown unit {unit!r}; " if unit else ""
+        raise ValueError(f"{text!r} is not a rate like 12mbit ({hint}use bit, kbit, mbit or gbit; byte units are not accepted)")
+    bps = round(float(match.group(1)) * _RATE_UNITS[match.group(2)])
+    if not 1 <= bps <= 10**12:
+        raise ValueError(f"{text!r}: a rate must be between 1 bit/s and 1000 gbit/s")
+    return bps
+
+
+class Mode(str, Enum):
+    """What drives the downlink capacity."""
+
+    CELL = "cell"          #: a PHY trace per UE drives the LTE cell model
+    MAHIMAHI = "mahimahi"  #: a Mahimahi delivery-opportunity trace per UE, open loop
+    RATE = "rate"          #: a constant rate per UE, open loop
+
+
+class Scheduler(str, Enum):
+    """The cell's scheduler."""
+
+    PROPORTIONAL_FAIR = "proportional-fair"
+    BACKGROUND_FIRST = "background-first"
+    ROUND_ROBIN = "round-robin"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+
+class HarqConfig(_Model):
+    """HARQ: retransmission of failed transport blocks."""
+
+    rtt_ms: int = Field(8, ge=1, le=16, description="transmission → retransmission, ms")
+    max_tx: int = Field(4, ge=1, le=8, description="transmissions before RLC takes over")
+    bler: float = Field(0.1, ge=0.0, le=1.0, description="first-transmission failure probability without a trace column")
+    retx_bler: float = Field(0.42, ge=0.0, le=1.0, description="failure probability after a failure")
+
+
+class RlcConfig(_Model):
+    """RLC acknowledged mode."""
+
+    retx_delay_ms: int = Field(40, ge=0, le=1000, description="HARQ gives up → RLC retransmission ready, ms")
+    max_retx: int = Field(1, ge=0, le=32, description="RLC retransmissions before a loss")
+
+
+class RsrqConfig(_Model):
+    """RSRQ measurement from the true allocation (Eq. 6)."""
+
+    noise_db: float = Field(0.5, ge=0.0, le=20.0, description="Gaussian noise σ, dB")
+    quant_db: float = Field(0.0625, ge=0.0, le=1.0, description="quantisation step, dB (0: none)")
+    hold_ms: int = Field(1, ge=1, le=10_000, description="measurement period, ms")
+
+
+class RrcConfig(_Model):
+    """RRC idle ↔ connected model."""
+
+    enabled: bool = False
+    tail_ms: int = Field(10_000, ge=1, le=3_600_000, description="inactivity before idle, ms")
+    promotion_ms: int = Field(435, ge=0, le=10_000, description="idle → connected delay, ms")
+
+
+class CellConfig(_Model):
+    """The cell as a whole (the binary's ``cell`` table)."""
+
+    n_rb: Literal[6, 15, 25, 50, 75, 100] | None = Field(None, description="RBs; default: the trace's")
+    n_antennas: int | None = Field(None, ge=1, le=2, description="transmit antenna ports; default: the trace's")
+    scheduler: Scheduler = Scheduler.PROPORTIONAL_FAIR
+    default_other_users: int = Field(1, ge=1, le=255, description="other users when the trace does not say")
+    harq: HarqConfig = Field(default_factory=HarqConfig)
+    rlc: RlcConfig = Field(default_factory=RlcConfig)
+    rsrq: RsrqConfig = Field(default_factory=RsrqConfig)
+    rrc: RrcConfig = Field(default_factory=RrcConfig)
+
+
+class UeCellConfig(_Model):
+    """Per-UE parameters of the cell model (a UE's ``cell`` table)."""
+
+    queue_limit_bytes: int = Field(3 * 1024 * 1024, ge=1, le=1 << 30, description="BS drop-tail limit, bytes")
+    rsrp_dbm: float = Field(-90.0, ge=-140.0, le=-44.0, description="RSRP when the trace has none, dBm")
+
+
+class Delays(_Model):
+    """One-way delays of the emulated path, ms."""
+
+    core_down_ms: float = Field(25.0, ge=0.0, le=MAX_DELAY_MS, description="core → base station")
+    core_up_ms: float = Field(25.0, ge=0.0, le=MAX_DELAY_MS, description="base station → core")
+    air_ms: float = Field(1.0, ge=0.0, le=MAX_DELAY_MS, description="end of the carrying subframe → delivery, both ways")
+    sr_period_ms: float = Field(10.0, ge=0.0, le=MAX_DELAY_MS, description="uplink scheduling-request period")
+    grant_delay_ms: float = Field(8.0, ge=0.0, le=MAX_DELAY_MS, description="scheduling request → first uplink subframe")
+    core_delay_trace: Path | None = Field(None, description="CSV t_ms,core_delay_ms overriding the constants")
+    ignore_trace_core_delay: bool = False
+
+    @field_validator("core_delay_trace")
+    @classmethod
+    def _exists(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        return path.resolve() if path is not None else None
+
+
+def _check_ifname(name: str | None) -> str | None:
+    if name is not None and not _IFNAME.match(name):
+        raise ValueError(f"{name!r} must be 1..{IFNAME_MAX} letters, digits, '-', '_' or '.'")
+    return name
+
+
+def _check_prefix(route: str) -> str:
+    if route != "default":
+        try:
+            ipaddress.IPv4Network(route)
+        except ValueError as e:
+            raise ValueError(f"{route!r} is not 'default' or an IPv4 prefix with zero host bits ({e})") from None
+    return route
+
+
+class CoreConfig(_Model):
+    """The core side: its namespace and TUN (servers listen on ``address``)."""
+
+    netns: str = Field(min_length=1)
+    tun: str | None = None
+    address: ipaddress.IPv4Address = ipaddress.IPv4Address("10.200.0.1")
+    routes: list[str] = Field(default_factory=list, description="extra prefixes into the core TUN (UE addresses are routed anyway)")
+
+    @field_validator("tun")
+    @classmethod
+    def _tun(cls, name: str | None) -> str | None:
+        return _check_ifname(name)
+
+    @field_validator("routes")
+    @classmethod
+    def _routes(cls, routes: list[str]) -> list[str]:
+        return [_check_prefix(r) for r in routes]
+
+
+class UeConfig(_Model):
+    """One emulated UE: its namespace and TUN, what drives its links, its diag port."""
+
+    netns: str = Field(min_length=1)
+    tun: str | None = None
+    address: ipaddress.IPv4Address | None = None
+    routes: list[str] = Field(default_factory=lambda: ["default"])
+    trace: Path | None = Field(None, description="PHY trace (.cbt/.csv), mode cell")
+    trace_offset_ms: int = Field(0, ge=0, description="where in the trace this UE starts, ms")
+    mahimahi_trace: Path | None = Field(None, description="Mahimahi downlink trace, mode mahimahi")
+    uplink_mahimahi_trace: Path | None = Field(None, description="Mahimahi uplink trace (any mode)")
+    rate: str | None = Field(None, description="downlink rate, mode rate, e.g. 12mbit")
+    uplink_rate: str | None = Field(None, description="uplink rate (any mode), e.g. 5mbit")
+    diag_port: int = Field(DEFAULT_DIAG_PORT, ge=0, le=65535, description="0: any free port")
+    cell: UeCellConfig = Field(default_factory=UeCellConfig)
+
+    @field_validator("tun")
+    @classmethod
+    def _tun(cls, name: str | None) -> str | None:
+        return _check_ifname(name)
+
+    @field_validator("routes")
+    @classmethod
+    def _routes(cls, routes: list[str]) -> list[str]:
+        return [_check_prefix(r) for r in routes]
+
+    @field_validator("rate", "uplink_rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate_bps(value)
+        return value
+
+    @field_validator("trace", "mahimahi_trace", "uplink_mahimahi_trace")
+    @classmethod
+    def _exists(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        return path.resolve() if path is not None else None
+
+    @model_validator(mode="after")
+    def _one_uplink_source(self) -> "UeConfig":
+        if self.uplink_rate is not None and self.uplink_mahimahi_trace is not None:
+            raise ValueError("give uplink_rate or uplink_mahimahi_trace, not both")
+        return self
+
+
+class DiagConfig(_Model):
+    """Diag feed options."""
+
+    stats_period_ms: int = Field(1, ge=1, description="period of the cumulative RLC/PDCP statistics, ms")
+
+
+class EmulatorConfig(_Model):
+    """Everything ``clawbed-emu`` reads (its JSON config file)."""
+
+    mode: Mode = Mode.CELL
+    seed: int = Field(1, ge=0, lt=2**64)
+    output_dir: Path = Field(description="diag files, ground truth, packet log (created by the emulator)")
+    duration_s: float | None = Field(None, gt=0.0, le=1e7, description="stop after this much emulated time, s")
+    loop_trace: bool = True
+    realtime_priority: int | None = Field(None, ge=1, le=99, description="SCHED_FIFO priority of the cell thread")
+    max_packets: int = Field(65_536, ge=64, le=1 << 24, description="packet buffers in flight at most")
+    mtu_bytes: int = Field(1500, ge=576, le=9000)
+    delays: Delays = Field(default_factory=Delays)
+    core: CoreConfig
+    ues: list[UeConfig] = Field(min_length=1, max_length=MAX_UES)
+    diag: DiagConfig = Field(default_factory=DiagConfig)
+    cell: CellConfig = Field(default_factory=CellConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EmulatorConfig":
+        # The checks the binary makes across fields, raised with the field's name so the
+        # error reads the same as the binary's.
+        needs = {Mode.CELL: ("trace", "a PHY trace per UE"), Mode.MAHIMAHI: ("mahimahi_trace", "a Mahimahi trace per UE"),
+                 Mode.RATE: ("rate", "a rate per UE")}[self.mode]
+        addresses: dict[ipaddress.IPv4Address, int] = {}
+        for i, ue in enumerate(self.ues):
+            if getattr(ue, needs[0]) is None:
+                raise _FieldError(f"ues[{i}].{needs[0]}", f"mode {self.mode.value} needs {needs[1]}")
+            if ue.address is not None:
+                if ue.address == self.core.address:
+                    raise _FieldError(f"ues[{i}].address", f"{ue.address} is also the core's")
+                if ue.address in addresses:
+                    raise _FieldError(f"ues[{i}].address", f"{ue.address} is also UE {addresses[ue.address]}'s")
+                addresses[ue.address] = i
+        return self
+
+    @classmethod
+    def build(cls, **fields: Any) -> "EmulatorConfig":
+        """Validate ``fields``; a mistake raises :class:`ConfigError` naming the field."""
+        try:
+            return cls(**fields)
+        except ValidationError as e:
+            raise ConfigError(describe(e)) from None
+
+    @classmethod
+    def for_topology(
+        cls,
+        topo: CellTopology,
+        *,
+        output_dir: Path | str,
+        ue: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+        **fields: Any,
+    ) -> "EmulatorConfig":
+        """A config whose core and UEs are ``topo``'s namespaces, TUNs, addresses and routes.
+
+        ``ue`` gives the other UE keys (``trace``, ``rate``, ``cell``, ...): one dict for
+        every UE, or one dict per UE. ``fields`` are the top-level keys (``mode``, ``seed``,
+        ``delays``, ``cell``, ...).
+        """
+        per_ue = [dict(ue or {})] * len(topo.ues) if ue is None or isinstance(ue, dict) else [dict(u) for u in ue]
+        if len(per_ue) != len(topo.ues):
+            raise ConfigError(f"ues: {len(per_ue)} UE settings given for a topology of {len(topo.ues)} UEs")
+        ues = [
+            {**settings, "netns": node.name, "tun": node.tun, "address": node.address, "routes": node.routes}
+            for node, settings in zip(topo.ues, per_ue)
+        ]
+        core = {"netns": topo.core.name, "tun": topo.core.tun, "address": topo.core.address, "routes": []}
+        return cls.build(output_dir=Path(output_dir), mtu_bytes=topo.mtu_bytes, core=core, ues=ues, **fields)
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as the binary reads it (absolute paths, unset optional keys left out)."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        data["output_dir"] = str(self.output_dir.resolve())
+        return data
+
+    def write(self, path: Path | str) -> Path:
+        """Write the JSON config file (the binary reads ``.json`` as JSON); return its path."""
+        path = Path(path)
+        if path.suffix != ".json":
+            raise ValueError(f"{path}: the config file must end in .json (the binary reads other names as TOML)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        return path
+
+
+class _FieldError(ValueError):
+    """A cross-field check's failure, carrying the field it is about."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    """pydantic's location ``('ues', 1, 'rate')`` in the binary's notation ``ues[1].rate``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe(error: ValidationError) -> str:
+    """Every problem of a ValidationError, each as ``config field `ues[1].rate`: <problem>``."""
+    lines = []
+    for e in error.errors():
+        cause = e.get("ctx", {}).get("error")
+        if isinstance(cause, _FieldError):
+            lines.append(f"config field `{cause.field}`: {cause.problem}")
+            continue
+        field = _dotted(tuple(e["loc"]))
+        message = str(cause) if isinstance(cause, ValueError) else e["msg"]
+        if e["type"] == "extra_forbidden":
+            message = "unknown key (a typo?)"
+        lines.append(f"config field `{field}`: {message}")
+    return "; ".join(lines)

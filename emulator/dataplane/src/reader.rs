@@ -1,0 +1,242 @@
+//! The I/O thread: reads packets from every TUN device into pooled buffers and hands them
+//! to the cell thread.
+//!
+//! One thread waits on all TUN descriptors with `epoll` and drains each ready device in
+//! batches of up to [`READ_BATCH`] packets, round-robin, so a flood on one device cannot
+//! starve the others. Downlink packets (from the core TUN) are sent to the UE their IPv4
+//! destination belongs to. Only IPv4 is forwarded: anything else (IPv6 router
+//! solicitations, MLD) is dropped and counted per device. Nothing here blocks on the cell
+//! thread: a full hand-over queue or an exhausted buffer pool drops the packet and counts it.
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crossbeam_channel::{Sender, TrySendError};
+use serde::Serialize;
+
+use crate::clock::{monotonic_now_ns, Nanos};
+use crate::error::{check_os, is_transient, Context, Result};
+use crate::pool::{Packet, Pool};
+use crate::tun::Tun;
+
+/// Packets read from one device before looking at the others.
+pub const READ_BATCH: usize = 64;
+
+/// How long `epoll_wait` blocks before the thread checks whether it should stop, ms.
+const STOP_POLL_MS: i32 = 20;
+
+/// Which way a packet travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Core → UE.
+    Downlink = 0,
+    /// UE → core.
+    Uplink = 1,
+}
+
+/// A packet read from a TUN device.
+#[derive(Debug)]
+pub struct Arrival {
+    /// The packet.
+    pub packet: Packet,
+    /// The UE it comes from (uplink) or goes to (downlink).
+    pub ue: u16,
+    /// Its direction.
+    pub direction: Direction,
+    /// When it was read, ns on the monotonic clock.
+    pub read_at_mono_ns: Nanos,
+}
+
+/// The emulator's TUN devices: the core's and one per UE (index = UE number).
+#[derive(Debug)]
+pub struct Devices {
+    /// The core network side.
+    pub core: Tun,
+    /// The UE side, one per UE.
+    pub ues: Vec<Tun>,
+}
+
+/// What the I/O thread dropped, and why.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReaderCounters {
+    /// Non-IPv4 packets dropped from the core TUN.
+    pub non_ipv4_core: u64,
+    /// Non-IPv4 packets dropped from each UE's TUN.
+    pub non_ipv4_ue: Vec<u64>,
+    /// Downlink packets whose destination is no UE's address.
+    pub unroutable_downlink: u64,
+    /// Packets dropped because every pooled buffer was in flight.
+    pub pool_exhausted: u64,
+    /// Packets dropped because the hand-over queue to the cell thread was full (the cell
+    /// thread is paused or cannot keep up).
+    pub handover_full: u64,
+    /// Reads that failed with something other than "nothing waiting".
+    pub read_errors: u64,
+}
+
+/// Maps a downlink destination address to its UE.
+#[derive(Debug, Clone)]
+pub struct Demux {
+    /// (address, UE), sorted by address.
+    by_addr: Vec<(u32, u16)>,
+}
+
+impl Demux {
+    /// From each UE's address (index = UE number).
+    pub fn new(ue_addrs: &[Ipv4Addr]) -> Demux {
+        let mut by_addr: Vec<(u32, u16)> =
+            ue_addrs.iter().enumerate().map(|(i, a)| (u32::from(*a), i as u16)).collect();
+        by_addr.sort_unstable();
+        Demux { by_addr }
+    }
+
+    /// The UE an IPv4 packet is addressed to.
+    fn ue_of(&self, packet: &[u8]) -> Option<u16> {
+        let dst = u32::from_be_bytes(packet.get(16..20)?.try_into().ok()?);
+        self.by_addr.binary_search_by_key(&dst, |&(a, _)| a).ok().map(|i| self.by_addr[i].1)
+    }
+}
+
+/// Whether `packet` is an IPv4 packet (version nibble 4, at least a minimal header).
+fn is_ipv4(packet: &[u8]) -> bool {
+    packet.len() >= 20 && packet[0] >> 4 == 4
+}
+
+/// An epoll instance watching every device for input.
+pub struct Reader {
+    epoll: OwnedFd,
+    devices: Arc<Devices>,
+    demux: Demux,
+    pool: Arc<Pool>,
+    counters: ReaderCounters,
+}
+
+impl Reader {
+    /// Registers every device with a new epoll instance.
+    pub fn new(devices: Arc<Devices>, demux: Demux, pool: Arc<Pool>) -> Result<Reader> {
+        // SAFETY: plain syscall; the descriptor is checked and owned.
+        let raw = check_os(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })
+            .context(|| "creating the epoll instance of the I/O thread".into())?;
+        // SAFETY: `raw` is a descriptor we own from here on.
+        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        let all = std::iter::once(&devices.core).chain(devices.ues.iter());
+        for (token, tun) in all.enumerate() {
+            let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token as u64 };
+            // SAFETY: both descriptors are open; `event` lives for the call.
+            check_os(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, tun.as_raw_fd(), &mut event) })
+                .context(|| format!("watching TUN {} for input", tun.name()))?;
+        }
+        let counters = ReaderCounters { non_ipv4_ue: vec![0; devices.ues.len()], ..ReaderCounters::default() };
+        Ok(Reader { epoll, devices, demux, pool, counters })
+    }
+
+    /// Reads until `stop` is set, sending packets on `out`; returns the counters.
+    pub fn run(mut self, out: Sender<Arrival>, stop: &AtomicBool) -> ReaderCounters {
+        let n_devices = 1 + self.devices.ues.len();
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; n_devices];
+        let mut ready: Vec<usize> = Vec::with_capacity(n_devices);
+        // Reads into this when a packet must be dropped, so the device is still drained.
+        let mut discard = vec![0u8; 65_536];
+        while !stop.load(Ordering::Relaxed) {
+            // SAFETY: `events` has room for `n_devices` entries.
+            let n = unsafe {
+                libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), n_devices as i32, STOP_POLL_MS)
+            };
+            if n <= 0 {
+                continue; // timeout or EINTR: look at `stop` again
+            }
+            ready.clear();
+            ready.extend(events[..n as usize].iter().map(|e| e.u64 as usize));
+            // Round-robin batches until every ready device is drained.
+            while !ready.is_empty() {
+                ready.retain(|&token| self.read_batch(token, &out, &mut discard));
+            }
+        }
+        self.counters
+    }
+
+    /// Reads up to [`READ_BATCH`] packets from device `token` (0 = core, 1 + i = UE i).
+    /// Returns whether the device may have more.
+    fn read_batch(&mut self, token: usize, out: &Sender<Arrival>, discard: &mut [u8]) -> bool {
+        let devices = Arc::clone(&self.devices);
+        let tun = if token == 0 { &devices.core } else { &devices.ues[token - 1] };
+        for _ in 0..READ_BATCH {
+            let Some(mut packet) = self.pool.take() else {
+                match tun.read(discard) {
+                    Ok(_) => {
+                        self.counters.pool_exhausted += 1;
+                        continue;
+                    }
+                    Err(e) => return self.read_failed(&e),
+                }
+            };
+            let len = match tun.read(packet.buffer_mut()) {
+                Ok(len) => len,
+                Err(e) => return self.read_failed(&e),
+            };
+            packet.set_len(len);
+            let read_at_mono_ns = monotonic_now_ns();
+            let bytes = packet.bytes();
+            let routed = if !is_ipv4(bytes) {
+                if token == 0 {
+                    self.counters.non_ipv4_core += 1;
+                } else {
+                    self.counters.non_ipv4_ue[token - 1] += 1;
+                }
+                None
+            } else if token == 0 {
+                let ue = self.demux.ue_of(bytes);
+                if ue.is_none() {
+                    self.counters.unroutable_downlink += 1;
+                }
+                ue.map(|ue| (ue, Direction::Downlink))
+            } else {
+                Some(((token - 1) as u16, Direction::Uplink))
+            };
+            if let Some((ue, direction)) = routed {
+                match out.try_send(Arrival { packet, ue, direction, read_at_mono_ns }) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) => self.counters.handover_full += 1,
+                    // The cell thread is gone: shutdown is under way.
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// Accounts for a failed read; returns false (stop reading this device for now).
+    fn read_failed(&mut self, e: &std::io::Error) -> bool {
+        if !is_transient(e) {
+            self.counters.read_errors += 1;
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ipv4_to(dst: [u8; 4]) -> Vec<u8> {
+        let mut p = vec![0u8; 20];
+        p[0] = 0x45;
+        p[16..20].copy_from_slice(&dst);
+        p
+    }
+
+    #[test]
+    fn demux_by_destination() {
+        let demux = Demux::new(&[Ipv4Addr::new(10, 0, 0, 9), Ipv4Addr::new(10, 0, 0, 2)]);
+        assert_eq!(demux.ue_of(&ipv4_to([10, 0, 0, 2])), Some(1));
+        assert_eq!(demux.ue_of(&ipv4_to([10, 0, 0, 9])), Some(0));
+        assert_eq!(demux.ue_of(&ipv4_to([10, 0, 0, 3])), None);
+        assert!(is_ipv4(&ipv4_to([1, 2, 3, 4])));
+        let mut v6 = vec![0u8; 40];
+        v6[0] = 0x60;
+        assert!(!is_ipv4(&v6));
+    }
+}

@@ -1,0 +1,63 @@
+//! Signals: SIGINT/SIGTERM stop the emulator cleanly, SIGUSR1 pauses it, SIGUSR2 resumes.
+//!
+//! Handlers only set flags (async-signal-safe); the cell thread looks at them every loop.
+//! A repeated SIGINT/SIGTERM changes nothing: `timeout`, a terminal's Ctrl-C or a
+//! process-group kill often deliver the signal twice, and the clean stop (a few ms) must
+//! still write the counters. A stop that hangs is for SIGKILL; the kernel then still
+//! removes the TUN devices, since they vanish with their last descriptor.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+
+use crate::error::{Context, Result};
+
+/// The flags the signal handlers set.
+#[derive(Debug, Clone)]
+pub struct Signals {
+    stop: Arc<AtomicBool>,
+    pause: Arc<AtomicBool>,
+    resume: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub fn install() -> Result<Signals> {
+        let signals = Signals::unregistered();
+        for sig in [SIGINT, SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&signals.stop))
+                .context(|| format!("installing the handler of signal {sig}"))?;
+        }
+        signal_hook::flag::register(SIGUSR1, Arc::clone(&signals.pause))
+            .context(|| "installing the SIGUSR1 handler".into())?;
+        signal_hook::flag::register(SIGUSR2, Arc::clone(&signals.resume))
+            .context(|| "installing the SIGUSR2 handler".into())?;
+        Ok(signals)
+    }
+
+    /// Flags no signal sets (for tests, and the base of [`Signals::install`]).
+    pub fn unregistered() -> Signals {
+        Signals { stop: Arc::default(), pause: Arc::default(), resume: Arc::default() }
+    }
+
+    /// Whether a stop was asked for.
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Asks for a stop (the run's duration is over, or a trace ended).
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a pause was asked for since the last call.
+    pub fn take_pause(&self) -> bool {
+        self.pause.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether a resume was asked for since the last call.
+    pub fn take_resume(&self) -> bool {
+        self.resume.swap(false, Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,232 @@
+//! End to end: the real binary between two namespaces. Each test makes its own
+//! `cbdpt<N>ue` / `cbdpt<N>core`, sends traffic through the emulator, stops it with SIGTERM
+//! and checks that it exits cleanly and leaves no device behind. Needs root.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{have_root, run_failing, udp_in, write_trace, Emulator, Namespaces};
+use emulator::netns::Namespace;
+
+/// Checks the end of a run: exit code 0 and no TUN left in either namespace.
+fn assert_clean_exit(ns: &Namespaces, code: i32) {
+    assert_eq!(code, 0, "clean exit");
+    assert!(Namespaces::links(&ns.ue).is_empty(), "UE namespace still has {:?}", Namespaces::links(&ns.ue));
+    assert!(Namespaces::links(&ns.core).is_empty(), "core namespace still has {:?}", Namespaces::links(&ns.core));
+}
+
+#[test]
+fn ping_through_a_constant_rate_link() {
+    if !have_root() {
+        return;
+    }
+    let ns = Namespaces::create(1);
+    let out = ns.path("out");
+    let emu = Emulator::start(&[
+        "--mode",
+        "rate",
+        "--rate",
+        "12mbit",
+        "--core-netns",
+        &ns.core,
+        "--ue-netns",
+        &ns.ue,
+        "-o",
+        &out,
+    ]);
+    assert_eq!(emu.ready["ues"][0]["tun"], ns.ue.as_str());
+    assert_eq!(Namespaces::links(&ns.ue), std::slice::from_ref(&ns.ue), "the UE TUN exists while serving");
+
+    let ping = Command::new("ip")
+        .args(["netns", "exec", &ns.ue, "ping", "-q", "-n", "-c", "5", "-i", "0.2", "-W", "2", "10.200.0.1"])
+        .output()
+        .expect("ping");
+    let text = String::from_utf8_lossy(&ping.stdout);
+    assert!(ping.status.success(), "ping failed: {text}");
+    // rtt min/avg/max/mdev = a/b/c/d ms
+    let avg_ms: f64 = text
+        .lines()
+        .find(|l| l.contains("rtt"))
+        .and_then(|l| l.split('=').nth(1))
+        .and_then(|v| v.trim().split('/').nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rtt in {text}"));
+    // Defaults: 2 × 25 ms core, SR wait (≤ 10 ms) + 8 ms grant, air and subframe alignment.
+    assert!((55.0..100.0).contains(&avg_ms), "idle RTT {avg_ms} ms");
+
+    let (code, counters) = emu.stop();
+    assert_clean_exit(&ns, code);
+    let ue = &counters["engine"]["ues"][0];
+    assert_eq!(ue["uplink"]["delivered"]["packets"], 5);
+    assert_eq!(ue["downlink"]["delivered"]["packets"], 5);
+    assert_eq!(counters["io"]["non_ipv4_ue"][0], 0, "IPv6 is off on the TUN");
+    for file in ["counters.json", "truth.cbcol", "packets.cbcol", "diag-ue0.jsonl"] {
+        assert!(ns.dir.join("out").join(file).is_file(), "{file} written");
+    }
+}
+
+#[test]
+fn udp_downlink_through_the_cell_with_diag_feed() {
+    if !have_root() {
+        return;
+    }
+    let ns = Namespaces::create(2);
+    let trace = ns.path("trace.csv");
+    write_trace(std::path::Path::new(&trace), 3000, 20);
+    let out = ns.path("out");
+    let emu = Emulator::start(&[
+        "--trace",
+        &trace,
+        "--core-netns",
+        &ns.core,
+        "--ue-netns",
+        &ns.ue,
+        "--diag-port",
+        "0",
+        "-o",
+        &out,
+    ]);
+    let port = emu.ready["ues"][0]["diag_port"].as_u64().expect("diag port");
+
+    // A diag subscriber inside the UE namespace.
+    let ue_ns = Namespace::open(&ns.ue, "test").expect("ue ns");
+    let feed = ue_ns
+        .run_in(|| {
+            TcpStream::connect(("127.0.0.1", port as u16))
+                .map_err(|e| emulator::error::Error::Os { attempted: "connecting".into(), source: e })
+        })
+        .expect("diag connection");
+    feed.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+    let mut lines = BufReader::new(feed).lines();
+    let first: serde_json::Value =
+        serde_json::from_str(&lines.next().expect("a line").expect("read")).expect("JSON line");
+    assert!(first["type_id"].as_str().is_some_and(|t| t.starts_with("LTE_")), "{first}");
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+    let lag_s = now_s - first["timestamp"].as_f64().expect("timestamp");
+    assert!((-0.01..0.5).contains(&lag_s), "the feed is paced in real time (lag {lag_s} s)");
+
+    let rx = udp_in(&ns.ue, "10.200.1.2:9000");
+    rx.set_read_timeout(Some(Duration::from_millis(500))).expect("timeout");
+    let tx = udp_in(&ns.core, "10.200.0.1:0");
+    let start = Instant::now();
+    let sent = 200;
+    // Sending from another thread while this one reads, so the receive buffer never fills.
+    let sender = std::thread::spawn(move || {
+        for i in 0..sent {
+            tx.send_to(&[i as u8; 1000], "10.200.1.2:9000").expect("send");
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    let mut received = 0;
+    let mut first_arrival = None;
+    let mut buf = [0u8; 2000];
+    while let Ok(n) = rx.recv(&mut buf) {
+        assert_eq!(n, 1000);
+        first_arrival.get_or_insert_with(|| start.elapsed());
+        received += 1;
+        if received == sent {
+            break;
+        }
+    }
+    sender.join().expect("sender");
+    // The trace's core_delay_ms column (20 ms) applies, plus at least one subframe and the
+    // 1 ms air delay.
+    let first_arrival = first_arrival.expect("something arrived");
+    assert!(first_arrival >= Duration::from_millis(21), "one-way delay {first_arrival:?}");
+    // RLC may lose a few; the calibration puts losses well below 2%.
+    assert!(received >= sent - 4, "received {received} of {sent}");
+
+    let (code, counters) = emu.stop();
+    assert_clean_exit(&ns, code);
+    let dl = &counters["engine"]["ues"][0]["downlink"];
+    assert_eq!(dl["received"]["packets"], sent);
+    assert_eq!(dl["delivered"]["packets"], received);
+    assert!(counters["records"]["truth_rows"].as_u64().expect("rows") > 0);
+    assert!(counters["diag"]["subscribers_accepted"][0] == 1);
+    let truth = std::fs::read(ns.dir.join("out/truth.cbcol")).expect("truth file");
+    assert_eq!(&truth[..8], b"CBCOLS\0\0");
+}
+
+#[test]
+fn pause_holds_packets_until_resume() {
+    if !have_root() {
+        return;
+    }
+    let ns = Namespaces::create(3);
+    let out = ns.path("out");
+    let emu = Emulator::start(&[
+        "--mode",
+        "rate",
+        "--rate",
+        "50mbit",
+        "--core-delay-ms",
+        "5",
+        "--core-netns",
+        &ns.core,
+        "--ue-netns",
+        &ns.ue,
+        "-o",
+        &out,
+    ]);
+    let rx = udp_in(&ns.ue, "10.200.1.2:9000");
+    let tx = udp_in(&ns.core, "10.200.0.1:0");
+    let mut buf = [0u8; 100];
+
+    emu.signal(libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(50));
+    tx.send_to(b"held", "10.200.1.2:9000").expect("send");
+    rx.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    assert!(rx.recv(&mut buf).is_err(), "nothing is delivered while paused");
+
+    emu.signal(libc::SIGUSR2);
+    rx.set_read_timeout(Some(Duration::from_millis(500))).expect("timeout");
+    let n = rx.recv(&mut buf).expect("delivered after resume");
+    assert_eq!(&buf[..n], b"held");
+
+    let (code, counters) = emu.stop();
+    assert_clean_exit(&ns, code);
+    assert!(
+        counters["engine"]["paused_ms"].as_f64().expect("paused_ms") >= 250.0,
+        "{}",
+        counters["engine"]["paused_ms"]
+    );
+}
+
+#[test]
+fn bad_config_exits_2_and_creates_nothing() {
+    if !have_root() {
+        return;
+    }
+    let ns = Namespaces::create(4);
+    // Should any of these start after all, its files go to the scratch directory.
+    let out = ns.path("out");
+    let missing_ns = format!("{}x", ns.ue);
+    let (code, err) =
+        run_failing(&["--rate", "1mbit", "--core-netns", &ns.core, "--ue-netns", &missing_ns, "-o", &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ues[0].netns") && err.contains("does not exist"), "{err}");
+
+    let bad_trace = ns.path("bad.csv");
+    std::fs::write(&bad_trace, "# clawbed-trace 1\nnot json\n").expect("write");
+    let (code, err) = run_failing(&["--trace", &bad_trace, "--core-netns", &ns.core, "--ue-netns", &ns.ue, "-o", &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bad.csv"), "the error names the trace: {err}");
+
+    let (code, err) = run_failing(&["--rate", "12mbps", "--core-netns", &ns.core, "--ue-netns", &ns.ue, "-o", &out]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--rate"), "{err}");
+
+    // A TUN name already taken in the UE namespace: the core TUN made before it is removed.
+    common::ip(&["-n", &ns.ue, "tuntap", "add", "dev", &ns.ue, "mode", "tun"]);
+    let (code, err) = run_failing(&["--rate", "1mbit", "--core-netns", &ns.core, "--ue-netns", &ns.ue, "-o", &out]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("creating TUN {} in namespace {}", ns.ue, ns.ue)) && err.contains("already exists"),
+        "{err}"
+    );
+    assert!(Namespaces::links(&ns.core).is_empty(), "core TUN removed after the failure");
+}

@@ -1,0 +1,122 @@
+"""The namespaces of one emulated cell, with a small Mininet-like API.
+
+Layout (``<rid>`` is the run id of the :class:`~clawbed.netns.Resources` stack)::
+
+    UE namespace cb<rid>u<i>                                core namespace cb<rid>core
+    ┌──────────────────────────┐                            ┌───────────────────────────┐
+    │ TUN cb<rid>t<i>          │◀──── clawbed-emu ─────────▶│ TUN cb<rid>tc             │
+    │ 10.65.0.<i+1> (/32)      │  (root namespace, reads    │ 10.64.0.1 (/32)           │
+    │ default route → TUN      │   and writes both TUNs)    │ 10.65.0.0/16 → TUN        │
+    │ clients, CLAW client     │                            │ servers, CLAW server agent│
+    └──────────────────────────┘                            └───────────────────────────┘
+
+Choice: the servers run in the core namespace itself, on the core TUN's address, rather than
+in a server namespace behind a veth. Every packet between a UE and a server then crosses the
+emulator and nothing else (no extra forwarding hop whose latency or queue would add to the
+model's), and a server's tc/BPF programs attach to the core TUN. A test that needs a
+wireline bottleneck behind the core adds its own namespace and veth to the same stack.
+
+The namespaces are made here; the TUN devices are made by ``clawbed-emu`` when it starts (it
+needs their descriptors) and vanish when it exits. Everything is created through the
+``Resources`` stack, so closing the stack removes it on success, error, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from clawbed.netns import Namespace, OwnedProcess, Resources
+
+#: Address of the core TUN, where the servers listen.
+DEFAULT_CORE_ADDRESS = ipaddress.IPv4Address("10.64.0.1")
+#: UE ``i`` gets host ``i + 1`` of this network.
+DEFAULT_UE_NETWORK = ipaddress.IPv4Network("10.65.0.0/16")
+#: MTU of every TUN, bytes (Ethernet-sized, as on an LTE bearer after PDCP).
+DEFAULT_MTU_BYTES = 1500
+
+
+@dataclass
+class Node:
+    """One namespace of the topology: where processes run, and its TUN as the emulator makes it."""
+
+    #: The namespace (``Namespace.name`` is what the emulator's config names).
+    ns: Namespace
+    #: The TUN device's interface name inside ``ns``.
+    tun: str
+    #: The TUN's IPv4 address.
+    address: ipaddress.IPv4Address
+    #: Destinations routed through the TUN (``"default"`` or ``A.B.C.D/N``).
+    routes: list[str]
+    _res: Resources = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.ns.name
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` wrapped to run inside this node's namespace."""
+        return self.ns.command(argv)
+
+    def run(self, argv: Sequence[str], *, check: bool = True,
+            timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` to completion in the namespace; its output is captured as text."""
+        return self.ns.run(argv, check=check, timeout_s=timeout_s)
+
+    def popen(self, argv: Sequence[str], *, name: str, **kwargs: object) -> OwnedProcess:
+        """Start ``argv`` in the namespace as a process owned by the run (stopped when it closes)."""
+        return self._res.process(self.ns.command(argv), name=name, **kwargs)
+
+
+@dataclass
+class UeNode(Node):
+    """A UE: its index in the emulator's ``ues`` list."""
+
+    index: int = 0
+
+
+class CellTopology:
+    """One core namespace and ``n_ues`` UE namespaces, created in ``res`` (removed when it closes).
+
+    >>> with Resources(new_run_id(), ledger) as res:
+    ...     topo = CellTopology(res, n_ues=2)
+    ...     topo.ues[0].run(["ping", "-c", "1", str(topo.core.address)])  # once the emulator runs
+    """
+
+    def __init__(
+        self,
+        res: Resources,
+        n_ues: int = 1,
+        *,
+        core_address: ipaddress.IPv4Address | str = DEFAULT_CORE_ADDRESS,
+        ue_network: ipaddress.IPv4Network | str = DEFAULT_UE_NETWORK,
+        mtu_bytes: int = DEFAULT_MTU_BYTES,
+    ) -> None:
+        if n_ues < 1:
+            raise ValueError(f"n_ues must be at least 1, got {n_ues}")
+        ue_network = ipaddress.IPv4Network(ue_network)
+        core_address = ipaddress.IPv4Address(core_address)
+        if n_ues > ue_network.num_addresses - 2:
+            raise ValueError(f"ue_network {ue_network} has room for {ue_network.num_addresses - 2} UEs, not {n_ues}")
+        if core_address in ue_network:
+            raise ValueError(f"core_address {core_address} lies inside ue_network {ue_network}")
+        self.res = res
+        self.run_id = res.run_id
+        self.mtu_bytes = mtu_bytes
+        self.ue_network = ue_network
+        self.core = Node(res.namespace("core"), res.name("tc"), core_address, [str(ue_network)], res)
+        self.ues: list[UeNode] = [
+            UeNode(res.namespace(f"u{i}"), res.name(f"t{i}"), ue_network.network_address + i + 1,
+                   ["default"], res, index=i)
+            for i in range(n_ues)
+        ]
+
+    @property
+    def server_address(self) -> ipaddress.IPv4Address:
+        """Where servers in the core namespace listen (the core TUN's address)."""
+        return self.core.address
+
+    def __repr__(self) -> str:
+        return f"CellTopology(run {self.run_id}: core {self.core.name}, {len(self.ues)} UE(s))"
