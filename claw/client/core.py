@@ -1,0 +1,333 @@
+"""One UE's CLAW client logic without I/O: diag messages and server echoes in; feedback
+reports, loss events and per-subframe estimate rows out. The daemon (:mod:`.daemon`) does
+the sockets, the BPF map and the log file around it; the offline replay (:mod:`.offline`)
+drives the same object from a recorded diag file, so what is scored is what runs.
+
+Timing is diag time (ms, t = 10·SFN + subframe unwrapped): the feedback period, the
+window-by-window rules (saturation, bottleneck detector) and the detector cache's 60 s all
+count subframes, so a run is reproducible from its feed.
+
+Per subframe (closed when the first message about a later subframe arrives, so a
+subframe's row holds every message of it whatever their order; 1 ms of latency):
+
+1. the analyzer's estimate of the window ending there;
+2. at the end of each window (every T ms since the connection started): the saturation
+   rule observes N_I and N_t;
+3. when a bottleneck check is due (T ms after the W_claw update that started it): the
+   detector judges U = N_s of that window against the update's N_f, with the cwnd-limited
+   flag of the latest server echo received since the update;
+4. when the feedback period has elapsed: a :class:`~clawbed.claw.feedback.Feedback`
+   (never before the first downlink subframe, never while the radio is idle, never
+   without any MCS known); a W_claw update starts a bottleneck check when none is pending.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from clawbed.claw.feedback import Echo, Feedback
+
+from clawbed.claw.client.analyzer import (DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_WINDOW_MS, CellParams, Estimate,
+                                          LoadAnalyzer, Variant, window_ms_from_srtt_us)
+from clawbed.claw.client.detector import Bottleneck, DetectorCache, SaturationDetector
+from clawbed.claw.client.feed import (MAC_DL_TRANSPORT_BLOCK, PDCP_DL_STATS, PDSCH_STAT, RLC_DL_STATS,
+                                      SERV_CELL_MEASUREMENT, FeedDecoder, LossEvent, PdschSubframe)
+
+#: Most often feedback can be sent: every subframe.
+MIN_FEEDBACK_PERIOD_MS = 1
+#: Least often: the feedback's longest window.
+MAX_FEEDBACK_PERIOD_MS = 10_000
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """What one client needs to know (see the CLI for the defaults' reasons)."""
+
+    #: The UE's id in feedback reports (0..65535).
+    ue_id: int
+    #: The cell's transmit antennas N_ant (1 or 2): from the cell configuration.
+    n_antennas: int = 2
+    #: The cell's N_rb; None: from the first measurement's RSRQ, RSRP and RSSI (Eq. 1).
+    n_rb: int | None = None
+    variant: Variant = Variant.CLAW
+    #: Feedback period, ms of diag time (1: every subframe).
+    feedback_period_ms: int = 100
+    #: Without a scheduled subframe for this long, the radio counts as idle, ms.
+    idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS
+    #: The server agent's address: the key of the bottleneck detector's cache.
+    server: str = ""
+    #: Sequence number of the first report.
+    first_seq: int = 1
+    #: Where Eq. 7 is clamped to [0, 1]: the window's mean L (``window``, the default; see
+    #: claw/DESIGN.md) or each r_k (``sample``, the spec's rule).
+    clamp: str = "window"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ue_id <= 0xFFFF:
+            raise ValueError(f"ue_id {self.ue_id} outside 0..65535")
+        if not MIN_FEEDBACK_PERIOD_MS <= self.feedback_period_ms <= MAX_FEEDBACK_PERIOD_MS:
+            raise ValueError(f"feedback period {self.feedback_period_ms} ms outside "
+                             f"{MIN_FEEDBACK_PERIOD_MS}..{MAX_FEEDBACK_PERIOD_MS}")
+        if self.n_antennas not in (1, 2):
+            raise ValueError(f"n_antennas {self.n_antennas} must be 1 or 2")
+        if self.clamp not in ("window", "sample"):
+            raise ValueError(f"clamp {self.clamp!r} must be 'window' or 'sample'")
+        if not 0 <= self.first_seq <= 0xFFFFFFFF:
+            raise ValueError(f"first_seq {self.first_seq} is not a u32")
+
+
+@dataclass
+class Row:
+    """One closed subframe, as the estimates log records it."""
+
+    t_ms: int
+    #: Unix time of the subframe from the feed's ``timestamp`` (s), if it had one.
+    unix_s: float | None
+    active: bool
+    estimate: Estimate | None
+    saturated: bool
+    bottleneck: Bottleneck
+    degraded: bool
+    #: The bottleneck verdict judged in this subframe, if any.
+    verdict: Bottleneck | None = None
+    #: Sequence number of the feedback sent in this subframe, if any.
+    feedback_seq: int | None = None
+    #: Loss events seen while this subframe was open.
+    events: list[LossEvent] = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    """What one message caused."""
+
+    rows: list[Row] = field(default_factory=list)
+    feedback: list[Feedback] = field(default_factory=list)
+    events: list[LossEvent] = field(default_factory=list)
+
+
+@dataclass
+class _Check:
+    """A pending bottleneck check: started by the W_claw update at ``start_ms``."""
+
+    start_ms: int
+    due_ms: int
+    n_f_rbs: float
+
+
+@dataclass
+class Counters:
+    """What the client did, for its exit report."""
+
+    messages: int = 0
+    subframes: int = 0
+    feedback: int = 0
+    echoes: int = 0
+    echoes_other_ue: int = 0
+    wireless_events: int = 0
+    overflow_events: int = 0
+    verdicts: int = 0
+    bad_messages: int = 0
+
+
+class ClientCore:
+    """The client's logic for one UE (see the module docstring)."""
+
+    def __init__(self, config: ClientConfig, *, detectors: DetectorCache | None = None) -> None:
+        self.config = config
+        self.decoder = FeedDecoder()
+        self.analyzer: LoadAnalyzer | None = None
+        self._early_pdsch: list[PdschSubframe] = []
+        if config.n_rb is not None:
+            self._make_analyzer(config.n_rb)
+        self.detectors = detectors if detectors is not None else DetectorCache()
+        self.saturation = SaturationDetector()
+        self.counters = Counters()
+        self._seq = config.first_seq
+        self._open_t: int | None = None
+        self._last_closed: int | None = None
+        self._open_unix: float | None = None
+        self._open_events: list[LossEvent] = []
+        self._was_active = False
+        self._window_end_ms: int | None = None
+        self._last_feedback_ms: int | None = None
+        self._check: _Check | None = None
+        self._window_ms = DEFAULT_WINDOW_MS
+        self._echo_cwnd_limited = False
+        self._echo_t_ms: int | None = None
+        self._last_verdict: Bottleneck | None = None
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def _make_analyzer(self, n_rb: int) -> None:
+        self.analyzer = LoadAnalyzer(CellParams(n_rb, self.config.n_antennas), variant=self.config.variant,
+                                     idle_timeout_ms=self.config.idle_timeout_ms, clamp=self.config.clamp)
+
+    @property
+    def uses_detector(self) -> bool:
+        """CQIC has no bottleneck detector and no hybrid mode."""
+        return self.config.variant is Variant.CLAW
+
+    @property
+    def window_ms(self) -> int:
+        """The window T in force, ms."""
+        return self._window_ms
+
+    def on_message(self, message: dict[str, Any]) -> Step:
+        """Take one diag message (a MobileInsight-shaped dict)."""
+        self.counters.messages += 1
+        step = Step()
+        kind = message.get("type_id")
+        unix_s = message.get("timestamp")
+        unix_s = float(unix_s) if isinstance(unix_s, (int, float)) else None
+        if kind == PDSCH_STAT:
+            for sf in self.decoder.pdsch(message):
+                self._reach(sf.t_ms, unix_s, step)
+                if self.analyzer is not None:
+                    self.analyzer.add_subframe(sf.t_ms, sf.own_rbs, sf.mcs, sf.layers)
+                else:
+                    # N_rb comes with this subframe's measurement: keep the PDSCH until then.
+                    self._early_pdsch = [p for p in self._early_pdsch if p.t_ms == sf.t_ms] + [sf]
+        elif kind == SERV_CELL_MEASUREMENT:
+            for m in self.decoder.measurements(message):
+                if self.analyzer is None:
+                    n_rb = m.n_rb()
+                    if n_rb is None:
+                        continue
+                    self._make_analyzer(n_rb)
+                    assert self.analyzer is not None
+                    self.analyzer.set_window_ms(self._window_ms)
+                    for sf in self._early_pdsch:
+                        if sf.t_ms == m.t_ms:
+                            self.analyzer.add_subframe(sf.t_ms, sf.own_rbs, sf.mcs, sf.layers)
+                    self._early_pdsch = []
+                self._reach(m.t_ms, unix_s, step)
+                assert self.analyzer is not None
+                self.analyzer.note_channel_mcs(m.channel_mcs)
+                self.analyzer.add_measurement(m.t_ms, m.rsrq_db)
+        elif kind == MAC_DL_TRANSPORT_BLOCK:
+            at = self.decoder.subframe_of(message)
+            if at is not None:
+                self._reach(self.decoder.clock.unwrap(*at), unix_s, step)
+        elif kind in (RLC_DL_STATS, PDCP_DL_STATS):
+            for event in self.decoder.loss_events(message):
+                step.events.append(event)
+                self._open_events.append(event)
+                if event.kind.value == "rlc-loss":
+                    self.counters.wireless_events += 1
+                else:
+                    self.counters.overflow_events += 1
+        return step
+
+    def on_echo(self, echo: Echo) -> bool:
+        """Take an authenticated server echo: its smoothed RTT becomes T, its cwnd-limited
+        flag feeds the bottleneck detector. False (ignored) when it is for another UE."""
+        if echo.ue_id != self.config.ue_id:
+            self.counters.echoes_other_ue += 1
+            return False
+        self.counters.echoes += 1
+        if echo.srtt_us > 0:
+            self._window_ms = window_ms_from_srtt_us(echo.srtt_us)
+            if self.analyzer is not None:
+                self.analyzer.set_window_ms(self._window_ms)
+        self._echo_cwnd_limited = echo.cwnd_limited
+        self._echo_t_ms = self._open_t if self._open_t is not None else self.decoder.clock.latest_ms
+        return True
+
+    def finish(self) -> Step:
+        """Close the subframe still open (the feed ended)."""
+        step = Step()
+        if self._open_t is not None:
+            self._close(step)
+        return step
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def detector_state(self) -> tuple[Bottleneck, bool]:
+        """(bottleneck state, degraded) towards the configured server."""
+        d = self.detectors.peek(self.config.server, self._now_s()) if self.uses_detector else None
+        return (d.state, d.degraded) if d is not None else (Bottleneck.CELLULAR, False)
+
+    def _now_s(self) -> float:
+        t = self._open_t if self._open_t is not None else (self.decoder.clock.latest_ms or 0)
+        return t / 1000.0
+
+    # -- subframes ---------------------------------------------------------------------------
+
+    def _reach(self, t_ms: int, unix_s: float | None, step: Step) -> None:
+        """A message about subframe ``t_ms``: close the open subframe if this one is later."""
+        if self._open_t is not None and t_ms > self._open_t:
+            self._close(step)
+        if self._open_t is None or t_ms > self._open_t:
+            if self._open_t is None and self._last_closed is not None and t_ms <= self._last_closed:
+                return  # a late message about a subframe already closed
+            self._open_t, self._open_unix = t_ms, unix_s
+
+    def _close(self, step: Step) -> None:
+        t = self._open_t
+        assert t is not None
+        self._open_t = None
+        self._last_closed = t
+        self.counters.subframes += 1
+        a = self.analyzer
+        active = a is not None and a.active
+        if not active and self._was_active:
+            # The radio went idle: windows and checks start afresh with the next connection.
+            self._window_end_ms = None
+            self._check = None
+            self.saturation.reset()
+        self._was_active = active
+        estimate = a.estimate() if a is not None else None
+        verdict: Bottleneck | None = None
+        seq: int | None = None
+        if active and estimate is not None:
+            window = estimate.window_ms
+            if self._window_end_ms is None:
+                self._window_end_ms = t + window
+            elif t >= self._window_end_ms:
+                if self.uses_detector:
+                    self.saturation.observe(estimate.n_i_rbs, estimate.n_t_rbs)
+                self._window_end_ms = t + window
+            if self._check is not None and t >= self._check.due_ms:
+                verdict = self._judge(self._check, estimate)
+                self._check = None
+            if estimate.mean_mcs is not None and (
+                    self._last_feedback_ms is None or t - self._last_feedback_ms >= self.config.feedback_period_ms):
+                feedback = self._feedback(t, estimate)
+                step.feedback.append(feedback)
+                seq = feedback.seq
+                self._last_feedback_ms = t
+                if self.uses_detector and self._check is None:
+                    self._check = _Check(t, t + window, estimate.n_f_rbs)
+        state, degraded = self.detector_state
+        step.rows.append(Row(t, self._open_unix, active, estimate, self.saturation.saturated, state, degraded,
+                             verdict, seq, self._open_events))
+        self._open_events = []
+
+    def _judge(self, check: _Check, estimate: Estimate) -> Bottleneck:
+        """The bottleneck verdict of the window after the update that started ``check``."""
+        fresh_echo = self._echo_t_ms is not None and self._echo_t_ms >= check.start_ms
+        cwnd_limited = self._echo_cwnd_limited if fresh_echo else False
+        self.counters.verdicts += 1
+        verdict = self.detectors.observe(self.config.server, self._check_time_s(check), check.n_f_rbs,
+                                         estimate.n_s_rbs, cwnd_limited)
+        self._last_verdict = verdict
+        return verdict
+
+    @staticmethod
+    def _check_time_s(check: _Check) -> float:
+        return check.due_ms / 1000.0
+
+    def _feedback(self, t_ms: int, estimate: Estimate) -> Feedback:
+        state, degraded = self.detector_state
+        wireline = self.uses_detector and (degraded or state is Bottleneck.WIRELINE)
+        saturated = self.uses_detector and self.saturation.saturated
+        feedback = Feedback(
+            ue_id=self.config.ue_id, seq=self._seq, diag_time_ms=t_ms, w_claw_bytes=estimate.w_claw_bytes,
+            load=estimate.load, n_f_rbs=min(int(estimate.n_f_rbs + 0.5), estimate.n_t_rbs),
+            n_t_rbs=estimate.n_t_rbs, window_ms=estimate.window_ms, saturated=saturated, wireline=wireline,
+        )
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        self.counters.feedback += 1
+        return feedback

@@ -1,0 +1,438 @@
+"""The CLAW client daemon of one UE (asyncio).
+
+- reads the UE's diag feed (``clawbed.emulator.diag.subscribe`` inside the UE namespace, or
+  127.0.0.1:<port> of the namespace it runs in) and feeds :class:`~.core.ClientCore` every
+  message;
+- sends each feedback report the core makes (default every 100 ms of diag time, down to
+  every subframe) as an HMAC-authenticated UDP datagram (``clawbed.claw.feedback``) to the
+  server agent, from the UE namespace;
+- reads the agent's echoes: the smoothed RTT becomes the window T (and the ACK-marking
+  window), the cwnd-limited flag goes to the bottleneck detector;
+- turns RLC-loss and BS-overflow events into ACK marks by writing the event's
+  CLOCK_MONOTONIC time and kind into the egress BPF program's map (:mod:`.marking`);
+- logs its estimates per subframe to a CSV file (:mod:`.estimates`);
+- stops cleanly on SIGTERM / SIGINT (log flushed, marker removed, sockets closed) and
+  prints one ``claw-client {json}`` line with its counters.
+
+``python -m clawbed.claw.client --help`` for the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, AsyncIterator, Protocol, Sequence
+
+from clawbed.claw.feedback import ECHO_BYTES, FeedbackRejected, decode_echo
+from clawbed.errors import ClawbedError
+from clawbed.lte import VALID_N_RB
+
+from clawbed.claw.client.analyzer import DEFAULT_IDLE_TIMEOUT_MS, Variant
+from clawbed.claw.client.core import (MAX_FEEDBACK_PERIOD_MS, MIN_FEEDBACK_PERIOD_MS, ClientConfig, ClientCore,
+                                      Step)
+from clawbed.claw.client.estimates import EstimateLog
+from clawbed.claw.client.feed import FeedFormatError, LossKind
+
+#: Default diag feed port (the emulator's default, ``clawbed.emulator.config.DEFAULT_DIAG_PORT``).
+DEFAULT_DIAG_PORT = 5775
+#: Shortest key accepted, bytes (HMAC-SHA256 keys should be at least 16 bytes).
+MIN_KEY_BYTES = 16
+#: A loss event older than this when it is read is stamped "now" rather than in the past, s.
+MAX_EVENT_LAG_S = 1.0
+#: After the feed closed, how long a new connection is tried before the client ends, s.
+RECONNECT_TIMEOUT_S = 1.0
+#: Longest line the local feed reader accepts, bytes.
+MAX_LINE_BYTES = 1 << 20
+
+
+class ClientError(ClawbedError):
+    """The client cannot start or run: says which input or resource and why."""
+
+
+class LossMarker(Protocol):
+    """Where loss events go (the egress program's map, or a test double)."""
+
+    def note_event(self, kind: LossKind, at_monotonic_ns: int) -> None: ...
+
+    def set_window_ms(self, window_ms: int) -> None: ...
+
+
+def read_key(path: Path | str) -> bytes:
+    """The feedback key shared with the server agent: the file's bytes, exactly (make one
+    with ``head -c 32 /dev/urandom > key``); at least 16 bytes."""
+    path = Path(path)
+    try:
+        key = path.read_bytes()
+    except OSError as e:
+        raise ClientError(f"reading the key file {path}: {e.strerror}") from e
+    if len(key) < MIN_KEY_BYTES:
+        raise ClientError(f"key file {path} holds {len(key)} bytes; the key must be at least {MIN_KEY_BYTES}")
+    return key
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv4 address or a name) → (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT with a port 1..65535")
+    return host, int(port)
+
+
+@dataclass
+class DaemonConfig:
+    """Everything the daemon runs with."""
+
+    client: ClientConfig
+    #: The server agent (the feedback's destination).
+    server: tuple[str, int]
+    key: bytes
+    diag_port: int = DEFAULT_DIAG_PORT
+    #: The UE namespace (feed and feedback sockets are made there); None: this process's.
+    netns: str | None = None
+    log_path: Path | None = None
+    log_period_ms: int = 1
+    connect_timeout_s: float = 10.0
+
+
+@dataclass
+class DaemonReport:
+    """What the daemon did; printed as its last line."""
+
+    ended_by: str = ""
+    counters: dict[str, int] = field(default_factory=dict)
+    feedback_sent: int = 0
+    feedback_send_errors: int = 0
+    echoes_rejected: dict[str, int] = field(default_factory=dict)
+    marks_written: int = 0
+    feed_reconnects: int = 0
+    log_rows: int = 0
+    window_ms: int = 0
+
+
+def _socket(netns: str | None, kind: int) -> socket.socket:
+    if netns is None:
+        return socket.socket(socket.AF_INET, kind)
+    from clawbed.netns import socket_in_namespace
+    return socket_in_namespace(netns, socket.AF_INET, kind)
+
+
+async def _local_feed(port: int, connect_timeout_s: float) -> AsyncIterator[dict[str, Any]]:
+    """The feed at 127.0.0.1:``port`` of this process's namespace (retrying while refused)."""
+    deadline = time.monotonic() + connect_timeout_s
+    while True:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=MAX_LINE_BYTES)
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                raise ClientError(f"diag feed 127.0.0.1:{port}: connection refused for {connect_timeout_s} s "
+                                  "(is the emulator running, and is this the UE's namespace?)") from None
+            await asyncio.sleep(0.05)
+    try:
+        while True:
+            line = await reader.readline()
+            if not line.endswith(b"\n"):
+                return
+            try:
+                message = json.loads(line)
+            except ValueError as e:
+                raise ClientError(f"diag feed 127.0.0.1:{port}: not a JSON line ({e}): {line[:120]!r}") from e
+            yield message
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+def feed_messages(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
+    """The UE's diag feed as an async iterator of message dicts."""
+    if config.netns is None:
+        return _local_feed(config.diag_port, config.connect_timeout_s)
+    from clawbed.emulator.diag import subscribe
+    return subscribe(config.netns, config.diag_port, connect_timeout_s=config.connect_timeout_s)
+
+
+class _EchoProtocol(asyncio.DatagramProtocol):
+    def __init__(self, daemon: "ClientDaemon") -> None:
+        self.daemon = daemon
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.daemon.on_datagram(data)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable while the agent is not up yet: the next report tries again.
+        self.daemon.report.feedback_send_errors += 1
+
+
+class ClientDaemon:
+    """The running daemon: owns the feedback socket, the log and (if given) the marker."""
+
+    def __init__(self, config: DaemonConfig, *, marker: LossMarker | None = None) -> None:
+        self.config = config
+        self.core = ClientCore(config.client)
+        self.marker = marker
+        self.report = DaemonReport()
+        self.log: EstimateLog | None = None
+        self._transport: asyncio.DatagramTransport | None = None
+        self._window_ms = self.core.window_ms
+
+    async def run(self, stop: asyncio.Event) -> DaemonReport:
+        """Run until the feed ends or ``stop`` is set."""
+        loop = asyncio.get_running_loop()
+        sock = _socket(self.config.netns, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.connect(self.config.server)
+        except OSError as e:
+            sock.close()
+            raise ClientError(f"feedback socket to {self.config.server[0]}:{self.config.server[1]}: "
+                              f"{e.strerror or e}") from e
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _EchoProtocol(self), sock=sock)
+        if self.config.log_path is not None:
+            self.log = EstimateLog(self.config.log_path, period_ms=self.config.log_period_ms)
+        if self.marker is not None:
+            self.marker.set_window_ms(self._window_ms)
+        consumer = asyncio.create_task(self._consume())
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait({consumer, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if consumer in done:
+                consumer.result()  # raise what ended it, if anything
+                self.report.ended_by = "feed-closed"
+            else:
+                self.report.ended_by = "signal"
+        finally:
+            for task in (consumer, stopper):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await consumer
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopper
+            self._apply(self.core.finish())
+            self.close()
+        return self.report
+
+    async def _consume(self) -> None:
+        first = True
+        while True:
+            # After the feed closed: the emulator stopped (a new connection is refused, or
+            # closes at once), or it dropped this reader for falling behind (the feed goes
+            # on; the subframes missed are a gap the analyzer handles).
+            config = self.config if first else replace(self.config, connect_timeout_s=RECONNECT_TIMEOUT_S)
+            got_any = False
+            try:
+                async for message in feed_messages(config):
+                    if not got_any and not first:
+                        self.report.feed_reconnects += 1
+                        print("claw-client: the diag feed closed; reconnected", file=sys.stderr)
+                    got_any = True
+                    self._handle(message)
+            except ClawbedError:
+                if first:
+                    raise
+                return
+            if not got_any and not first:
+                return
+            first = False
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        try:
+            step = self.core.on_message(message)
+        except (FeedFormatError, ValueError, KeyError, TypeError) as e:
+            # One malformed message must not end the client; it is counted.
+            self.core.counters.bad_messages += 1
+            if self.core.counters.bad_messages <= 3:
+                print(f"claw-client: skipping a bad diag message: {e}", file=sys.stderr)
+            return
+        self._apply(step)
+
+    def _apply(self, step: Step) -> None:
+        for feedback in step.feedback:
+            if self._transport is not None:
+                try:
+                    self._transport.sendto(feedback.encode(self.config.key))
+                    self.report.feedback_sent += 1
+                except OSError:
+                    self.report.feedback_send_errors += 1
+        if self.marker is not None:
+            for event in step.events:
+                self.marker.note_event(event.kind, _event_monotonic_ns(event.unix_s))
+                self.report.marks_written += 1
+        if self.log is not None:
+            for row in step.rows:
+                self.log.write(row)
+
+    def on_datagram(self, data: bytes) -> None:
+        """An echo from the server agent (or anything else that reached the socket)."""
+        if len(data) != ECHO_BYTES:
+            self._reject("malformed")
+            return
+        try:
+            echo = decode_echo(data, self.config.key)
+        except FeedbackRejected as e:
+            self._reject(e.reason.value)
+            return
+        if not self.core.on_echo(echo):
+            self._reject("other-ue")
+            return
+        if self.core.window_ms != self._window_ms:
+            self._window_ms = self.core.window_ms
+            if self.marker is not None:
+                self.marker.set_window_ms(self._window_ms)
+
+    def _reject(self, why: str) -> None:
+        self.report.echoes_rejected[why] = self.report.echoes_rejected.get(why, 0) + 1
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        if self.log is not None:
+            self.report.log_rows = self.log.rows
+            self.log.close()
+            self.log = None
+        self.report.counters = asdict(self.core.counters)
+        self.report.window_ms = self.core.window_ms
+
+
+def _event_monotonic_ns(unix_s: float | None) -> int:
+    """CLOCK_MONOTONIC time of a diag event stamped ``unix_s`` (the feed's Unix time): now
+    minus how long ago it happened (a lag beyond :data:`MAX_EVENT_LAG_S`, or a stamp in
+    the future, counts as now)."""
+    now = time.monotonic_ns()
+    if unix_s is None:
+        return now
+    lag_ns = time.time_ns() - int(unix_s * 1e9)
+    return now - lag_ns if 0 < lag_ns <= MAX_EVENT_LAG_S * 1e9 else now
+
+
+async def run_daemon(config: DaemonConfig, *, marker: LossMarker | None = None,
+                     stop: asyncio.Event | None = None, handle_signals: bool = False) -> DaemonReport:
+    """Run a :class:`ClientDaemon` until the feed ends, ``stop`` is set, or (with
+    ``handle_signals``) SIGTERM / SIGINT arrive."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        return await ClientDaemon(config, marker=marker).run(stop)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m clawbed.claw.client",
+        description="The CLAW client of one UE: reads the UE's diag feed, estimates the cell's load and the "
+                    "UE's available capacity (W_claw), reports it to the CLAW server agent, and flags the UE's "
+                    "TCP ACKs after RLC losses and base-station overflows.",
+        epilog="Example (in the UE namespace of an emulated cell): python -m clawbed.claw.client --ue-id 0 "
+               "--netns cbab12u0 --server 10.64.0.1:7070 --key-file run/key --n-antennas 2 --log run/claw.csv",
+    )
+    p.add_argument("--ue-id", type=int, required=True, help="UE id in the feedback reports (0..65535)")
+    p.add_argument("--server", required=True, metavar="HOST:PORT", help="the CLAW server agent's UDP address")
+    p.add_argument("--key-file", type=Path, required=True,
+                   help="file holding the key shared with the server agent (its exact bytes, ≥ 16)")
+    p.add_argument("--diag-port", type=int, default=DEFAULT_DIAG_PORT,
+                   help=f"diag feed TCP port on 127.0.0.1 in the UE namespace (default {DEFAULT_DIAG_PORT})")
+    p.add_argument("--netns", help="UE namespace to open the feed and feedback sockets in "
+                                   "(default: the namespace this process runs in)")
+    p.add_argument("--period-ms", type=int, default=100,
+                   help="feedback period, ms of diag time, 1 (every subframe) .. 10000 (default 100)")
+    p.add_argument("--variant", choices=[v.value for v in Variant], default=Variant.CLAW.value,
+                   help="claw (own + idle RBs) or cqic (own RBs only, no detector) (default claw)")
+    p.add_argument("--n-antennas", type=int, choices=[1, 2], default=2,
+                   help="the cell's transmit antennas, from its configuration (default 2)")
+    p.add_argument("--n-rb", type=int, choices=sorted(VALID_N_RB),
+                   help="the cell's RBs (default: from the first measurement, RSRQ = N_rb·RSRP/RSSI)")
+    p.add_argument("--clamp", choices=["window", "sample"], default="window",
+                   help="clamp Eq. 7 on the window's mean L (default; unbiased under RSRQ noise) or on each "
+                        "r_k (the spec's rule)")
+    p.add_argument("--idle-timeout-ms", type=int, default=DEFAULT_IDLE_TIMEOUT_MS,
+                   help=f"no scheduled subframe for this long = radio idle (default {DEFAULT_IDLE_TIMEOUT_MS})")
+    p.add_argument("--log", type=Path, help="CSV file for the per-subframe estimates")
+    p.add_argument("--log-period-ms", type=int, default=1, help="log one row per this many ms (default 1: every subframe)")
+    mark = p.add_argument_group("ACK marking (loss flags)")
+    mark.add_argument("--mark-dev", help="load claw/bpf/ack_mark_egress on this device of the UE namespace "
+                                         "(needs --netns, --run-id and --run-dir)")
+    mark.add_argument("--run-id", help="run id: the marker's bpffs mount is named cb<run id>…")
+    mark.add_argument("--run-dir", type=Path, help="run directory: the marker's bpffs is mounted inside it")
+    mark.add_argument("--ack-map", type=Path, help="instead of --mark-dev: the pinned config map of a marker "
+                                                   "loaded by someone else")
+    p.add_argument("--connect-timeout-s", type=float, default=10.0,
+                   help="how long to retry the diag feed while it refuses (default 10)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> DaemonConfig:
+    """Check the arguments (errors through ``parser.error``) and build the config."""
+    if not 0 <= args.ue_id <= 0xFFFF:
+        parser.error(f"--ue-id {args.ue_id}: must be 0..65535")
+    if not MIN_FEEDBACK_PERIOD_MS <= args.period_ms <= MAX_FEEDBACK_PERIOD_MS:
+        parser.error(f"--period-ms {args.period_ms}: must be {MIN_FEEDBACK_PERIOD_MS}..{MAX_FEEDBACK_PERIOD_MS}")
+    if not 0 <= args.diag_port <= 65535:
+        parser.error(f"--diag-port {args.diag_port}: must be 0..65535")
+    if args.idle_timeout_ms < 1:
+        parser.error("--idle-timeout-ms must be at least 1")
+    if args.log_period_ms < 1:
+        parser.error("--log-period-ms must be at least 1")
+    try:
+        server = parse_endpoint(args.server)
+    except ValueError as e:
+        parser.error(f"--server: {e}")
+    if args.mark_dev and args.ack_map:
+        parser.error("give --mark-dev or --ack-map, not both")
+    if args.mark_dev and not (args.netns and args.run_id and args.run_dir):
+        parser.error("--mark-dev needs --netns, --run-id and --run-dir")
+    if args.netns and not Path(f"/var/run/netns/{args.netns}").exists():
+        parser.error(f"--netns {args.netns}: no such network namespace")
+    try:
+        key = read_key(args.key_file)
+    except ClientError as e:
+        parser.error(f"--key-file: {e}")
+    first_seq = time.time_ns() // 1_000_000 & 0xFFFFFFFF
+    client = ClientConfig(ue_id=args.ue_id, n_antennas=args.n_antennas, n_rb=args.n_rb, variant=Variant(args.variant),
+                          feedback_period_ms=args.period_ms, idle_timeout_ms=args.idle_timeout_ms,
+                          server=f"{server[0]}:{server[1]}", first_seq=first_seq, clamp=args.clamp)
+    return DaemonConfig(client=client, server=server, key=key, diag_port=args.diag_port, netns=args.netns,
+                        log_path=args.log, log_period_ms=args.log_period_ms, connect_timeout_s=args.connect_timeout_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    config = config_from_args(args, parser)
+    try:
+        with contextlib.ExitStack() as stack:
+            marker: LossMarker | None = None
+            if args.mark_dev:
+                from clawbed.claw.client.marking import AckMarker
+                marker = stack.enter_context(AckMarker(netns=args.netns, dev=args.mark_dev, run_id=args.run_id,
+                                                       run_dir=args.run_dir))
+            elif args.ack_map:
+                from clawbed.claw.client.marking import AckMarkMap
+                marker = stack.enter_context(AckMarkMap(args.ack_map))
+            report = asyncio.run(run_daemon(config, marker=marker, handle_signals=True))
+    except ClawbedError as e:
+        print(f"claw-client: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    print("claw-client " + json.dumps(asdict(report)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The interface every transport scheme implements, and the registry of schemes.
+
+A scheme is what differs between two runs of the same experiment: the server's congestion
+control and whatever runs beside it (CLAW's agent on the server, CLAW's client on each UE).
+A run uses one like this::
+
+    scheme = get_scheme("claw")()
+    scheme.setup(ctx)                      # server side: sysctls, CC, agent; pushed on ctx.resources
+    procs = scheme.start_clients(ctx)      # client side, one per UE (none for kernel CCs)
+    sock.setsockopt(IPPROTO_TCP, TCP_CONGESTION, scheme.server_cc.encode())  # or the namespace default
+    ...
+    scheme.teardown()                      # or let ctx.resources close: same thing, once
+
+Everything a scheme creates goes on its own stack, itself pushed on ``ctx.resources``, so
+it is removed exactly once, in reverse order, whichever comes first.
+
+Adding a scheme is one file in this package: a subclass of :class:`Scheme` decorated with
+:func:`register_scheme`; ``clawbed.claw.schemes`` imports every module here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+from abc import ABC
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Sequence
+
+from clawbed.errors import InputError
+from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources
+from clawbed.claw.server.sysctls import apply_server_sysctls, restore_sysctls
+
+#: name → scheme class, filled by :func:`register_scheme`.
+SCHEMES: dict[str, type["Scheme"]] = {}
+
+
+@dataclass
+class UeEndpoint:
+    """One UE as a scheme sees it."""
+
+    #: The UE's namespace.
+    ns: Namespace
+    #: Its IPv4 address as the server sees it.
+    address: str
+    #: Its id in the emulator and in CLAW feedback (0..65535).
+    index: int
+    #: Its device towards the network (the emulator's TUN): where its ACKs leave.
+    device: str
+    #: The emulator's diag feed port on 127.0.0.1 inside ``ns`` (CLAW clients read it).
+    diag_port: int | None = None
+
+
+@dataclass
+class SchemeContext:
+    """Where a scheme runs."""
+
+    resources: Resources
+    #: The run's directory (keys, logs, the bpffs mount point go here).
+    run_dir: Path
+    #: The namespace of the servers (the emulator's core namespace).
+    server_ns: Namespace
+    #: The servers' IPv4 address (CLAW's agent listens there too).
+    server_address: str
+    #: The server namespace's device on which the UEs' packets arrive.
+    server_device: str
+    ues: Sequence[UeEndpoint]
+    #: UDP port of CLAW's agent.
+    agent_port: int = 7070
+    #: CLAW feedback period, ms (spec default 100).
+    feedback_period_ms: int = 100
+    #: Extra arguments for CLAW clients (e.g. ``["--n-antennas", "2", "--n-rb", "50"]``).
+    client_args: list[str] = field(default_factory=list)
+    #: Overrides of the server sysctls (``clawbed.claw.server.sysctls.SERVER_SYSCTLS``).
+    sysctls: dict[str, str] = field(default_factory=dict)
+    #: Make the scheme's CC the server namespace's default (for servers such as nginx that
+    #: cannot choose it per socket). A kernel CC must then be in the machine's
+    #: ``net.ipv4.tcp_allowed_congestion_control``; claw and cqic always may.
+    namespace_default: bool = True
+
+    def __post_init__(self) -> None:
+        ipaddress.IPv4Address(self.server_address)
+        for ue in self.ues:
+            ipaddress.IPv4Address(ue.address)
+
+
+@dataclass
+class ClientAgent:
+    """A process a scheme wants on a UE: ``argv`` runs from the root namespace (it enters
+    the UE's namespace itself, or is wrapped by ``ue.ns.command``)."""
+
+    name: str
+    ue: UeEndpoint
+    argv: list[str]
+    log_path: Path | None = None
+
+
+class Scheme(ABC):
+    """A transport scheme. Subclasses set :attr:`name` and :attr:`server_cc` and extend
+    :meth:`_setup_server` / :meth:`client_agents`; the base applies the server sysctls and
+    makes :attr:`server_cc` the server namespace's default (for servers that cannot set it
+    per socket, such as nginx)."""
+
+    name: ClassVar[str]
+    #: What servers pass to ``setsockopt(TCP_CONGESTION)``.
+    server_cc: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self._stack: contextlib.ExitStack | None = None
+
+    @property
+    def stack(self) -> contextlib.ExitStack:
+        if self._stack is None:
+            raise RuntimeError(f"scheme {self.name}: setup() has not run")
+        return self._stack
+
+    def setup(self, ctx: SchemeContext) -> None:
+        """Prepare the server side. Everything made is removed by :meth:`teardown` (or when
+        ``ctx.resources`` closes)."""
+        if self._stack is not None:
+            raise RuntimeError(f"scheme {self.name}: setup() already ran")
+        self._stack = contextlib.ExitStack()
+        ctx.resources.callback(self.teardown)
+        try:
+            previous = apply_server_sysctls(ctx.server_ns, ctx.sysctls)
+            self._stack.callback(restore_sysctls, ctx.server_ns, previous)
+            self._setup_server(ctx)
+            self._set_default_cc(ctx)
+        except BaseException:
+            self.teardown()
+            raise
+
+    def _setup_server(self, ctx: SchemeContext) -> None:
+        """Scheme-specific server set-up (push every undo on :attr:`stack`)."""
+
+    def _set_default_cc(self, ctx: SchemeContext) -> None:
+        if not ctx.namespace_default:
+            return
+        key = "net.ipv4.tcp_congestion_control"
+        allowed = ctx.server_ns.run(["cat", "/proc/sys/net/ipv4/tcp_allowed_congestion_control"]).stdout.split()
+        if self.server_cc not in allowed:
+            # Only the root namespace may default to a restricted CC; the allowed list is
+            # machine-wide, so changing it is the machine's provisioning's call, not a run's.
+            raise ResourceError(
+                f"scheme {self.name}: {self.server_cc} cannot be the default congestion control of namespace "
+                f"{ctx.server_ns.name}: the kernel allows only {' '.join(allowed)} there "
+                f"(net.ipv4.tcp_allowed_congestion_control). Add it machine-wide "
+                f"(sysctl -w net.ipv4.tcp_allowed_congestion_control='{' '.join(allowed + [self.server_cc])}'), "
+                f"or run with namespace_default=False and servers that set TCP_CONGESTION per socket")
+        previous = ctx.server_ns.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
+        ctx.server_ns.sysctl(key, self.server_cc)
+
+        def restore() -> None:
+            if Path(ctx.server_ns.path).exists():
+                ctx.server_ns.sysctl(key, previous)
+
+        self.stack.callback(restore)
+
+    def client_agents(self, ctx: SchemeContext) -> list[ClientAgent]:
+        """The processes to start on the UEs (none for a plain kernel CC)."""
+        return []
+
+    def start_clients(self, ctx: SchemeContext) -> list[OwnedProcess]:
+        """Start :meth:`client_agents` as processes owned by the scheme."""
+        procs = []
+        for agent in self.client_agents(ctx):
+            proc = OwnedProcess(agent.argv, name=agent.name, log_path=agent.log_path)
+            ctx.resources.ledger.record("process", agent.name, pid=proc.pid, argv=agent.argv)
+            self.stack.callback(proc.close)
+            procs.append(proc)
+        return procs
+
+    def teardown(self) -> None:
+        """Remove what :meth:`setup` and :meth:`start_clients` made, in reverse; idempotent."""
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            stack.close()
+            self._stack = None
+
+
+def register_scheme(cls: type[Scheme]) -> type[Scheme]:
+    """Class decorator: make ``cls`` available as ``SCHEMES[cls.name]``."""
+    if cls.name in SCHEMES and SCHEMES[cls.name] is not cls:
+        raise ValueError(f"two schemes named {cls.name!r}: {SCHEMES[cls.name].__module__} and {cls.__module__}")
+    SCHEMES[cls.name] = cls
+    return cls
+
+
+def get_scheme(name: str) -> type[Scheme]:
+    """The scheme class called ``name``; an :class:`InputError` listing the known ones."""
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise InputError(f"unknown scheme {name!r}; known: {', '.join(sorted(SCHEMES))}") from None
+
+
+class KernelScheme(Scheme):
+    """A congestion control built into the kernel: nothing but the CC name."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "server_cc" not in cls.__dict__ and "name" in cls.__dict__:
+            cls.server_cc = cls.name

@@ -1,0 +1,121 @@
+"""CLAW: the ``claw`` congestion control + the server agent, and the CLAW client on each UE.
+
+Server side (in this order, undone in reverse):
+
+1. a bpffs in the run directory (``<run_dir>/cb<run id>bp``), for the CC's pinned maps;
+2. the congestion control (``claw/bpf/claw_cc.bpf.c``) registered, and made the server
+   namespace's default (it is non-restricted, and the default goes back before it is
+   unregistered);
+3. the ACK-flag reader on the server's device towards the UEs;
+4. a key (``<run_dir>/claw-key``, 32 random bytes, mode 0600) shared with the clients;
+5. the agent (``python -m clawbed.claw.server.agent``) in the server namespace, each UE id
+   bound to its address; ready when its stats file appears.
+
+Client side: the client engineer's daemon (``python -m clawbed.claw.client``), one per UE,
+given the agent's address, the key, the diag port and the device to mark ACKs on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+from clawbed.netns import OwnedProcess, ResourceError
+from clawbed.claw.schemes.base import ClientAgent, Scheme, SchemeContext, register_scheme
+from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl
+
+#: How long the agent may take to bind and open the maps, s.
+AGENT_READY_TIMEOUT_S = 10.0
+KEY_BYTES = 32
+
+
+def ensure_key(path: Path) -> Path:
+    """Create the shared feedback key at ``path`` unless it exists (mode 0600)."""
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+    return path
+
+
+@register_scheme
+class Claw(Scheme):
+    name = "claw"
+    server_cc = "claw"
+    description = "CLAW: W_claw from the UE's PHY view, hybrid mode, bottleneck detector, loss flags"
+    #: ``--variant`` of the client.
+    client_variant = "claw"
+
+    def _setup_server(self, ctx: SchemeContext) -> None:
+        res = ctx.resources
+        # Named for the run (cb<run id>bp / cb<run id>bq), one per scheme so that claw and
+        # cqic could share a run.
+        role = "bp" if self.name == "claw" else "bq"
+        bpffs = BpffsMount(ctx.run_dir / res.name(role), res.name(role), ledger=res.ledger)
+        self.stack.callback(bpffs.close)
+        self.bpffs = bpffs
+        cc = CongestionControl(bpffs, self.server_cc, ledger=res.ledger)
+        self.stack.callback(cc.close)
+        self.cc = cc
+        # The default is set here, by the CC, so that it is restored before unregistering.
+        if ctx.namespace_default:
+            cc.set_namespace_default(ctx.server_ns)
+        ingress = AckFlagsIngress(bpffs, ctx.server_ns, ctx.server_device, ledger=res.ledger)
+        self.stack.callback(ingress.close)
+        self.key_path = ensure_key(ctx.run_dir / "claw-key")
+        self.agent = self._start_agent(ctx)
+
+    def _set_default_cc(self, ctx: SchemeContext) -> None:
+        pass  # done by CongestionControl.set_namespace_default in _setup_server
+
+    def _start_agent(self, ctx: SchemeContext) -> OwnedProcess:
+        stats = ctx.run_dir / f"{self.name}-agent.json"
+        if stats.exists():
+            stats.unlink()
+        argv = [sys.executable, "-m", "clawbed.claw.server.agent",
+                "--listen", f"{ctx.server_address}:{ctx.agent_port}",
+                "--bpffs", str(self.bpffs.path), "--key-file", str(self.key_path),
+                "--period-ms", str(ctx.feedback_period_ms), "--stats-file", str(stats)]
+        for ue in ctx.ues:
+            argv += ["--ue", f"{ue.index}={ue.address}"]
+        cmd = ctx.server_ns.command(argv)
+        log_path = ctx.run_dir / f"{self.name}-agent.log"
+        proc = OwnedProcess(cmd, name=f"{self.name}-agent", log_path=log_path)
+        ctx.resources.ledger.record("process", f"{self.name}-agent", pid=proc.pid, argv=cmd)
+        self.stack.callback(proc.close)
+        deadline = time.monotonic() + AGENT_READY_TIMEOUT_S
+        while True:
+            if stats.exists():
+                try:
+                    if json.loads(stats.read_text()).get("ready"):
+                        return proc
+                except ValueError:
+                    pass  # replaced while being read
+            if not proc.alive():
+                tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+                raise ResourceError(f"the {self.name} agent exited with status {proc.popen.returncode}: {tail.strip()}")
+            if time.monotonic() > deadline:
+                raise ResourceError(f"the {self.name} agent did not become ready in {AGENT_READY_TIMEOUT_S} s "
+                                    f"(log: {log_path})")
+            time.sleep(0.02)
+
+    def client_agents(self, ctx: SchemeContext) -> list[ClientAgent]:
+        agents = []
+        for ue in ctx.ues:
+            argv = [sys.executable, "-m", "clawbed.claw.client",
+                    "--ue-id", str(ue.index), "--netns", ue.ns.name,
+                    "--server", f"{ctx.server_address}:{ctx.agent_port}",
+                    "--key-file", str(self.key_path), "--period-ms", str(ctx.feedback_period_ms),
+                    "--variant", self.client_variant,
+                    "--mark-dev", ue.device, "--run-id", ctx.resources.run_id, "--run-dir", str(ctx.run_dir),
+                    "--log", str(ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv")]
+            if ue.diag_port is not None:
+                argv += ["--diag-port", str(ue.diag_port)]
+            argv += ctx.client_args
+            agents.append(ClientAgent(name=f"{self.name}-client-ue{ue.index}", ue=ue, argv=argv,
+                                      log_path=ctx.run_dir / f"{self.name}-client-ue{ue.index}.log"))
+        return agents

@@ -1,0 +1,73 @@
+"""The scheme registry and what each scheme asks to run (no kernel needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clawbed.claw.schemes import SCHEMES, SchemeContext, UeEndpoint, get_scheme
+from clawbed.claw.schemes.claw import Claw, ensure_key
+from clawbed.errors import InputError
+from clawbed.netns import Namespace
+
+
+class FakeRes:
+    run_id = "ab12"
+
+    def name(self, role: str) -> str:
+        return f"cb{self.run_id}{role}"
+
+
+def _ns(name: str) -> Namespace:
+    ns = Namespace.__new__(Namespace)  # a name only: nothing is created
+    ns.name = name
+    return ns
+
+
+def ctx(tmp_path: Path) -> SchemeContext:
+    ues = [UeEndpoint(_ns("cbab12u0"), "10.65.0.1", 0, "cbab12t0", diag_port=5775),
+           UeEndpoint(_ns("cbab12u1"), "10.65.0.2", 1, "cbab12t1")]
+    return SchemeContext(FakeRes(), tmp_path, _ns("cbab12core"), "10.64.0.1", "cbab12tc", ues,  # type: ignore[arg-type]
+                         agent_port=7070, feedback_period_ms=20, client_args=["--n-rb", "50"])
+
+
+def test_registry_has_the_five_schemes_with_their_ccs() -> None:
+    assert {name: cls.server_cc for name, cls in SCHEMES.items()} == {
+        "cubic": "cubic", "reno": "reno", "bbr": "bbr", "claw": "claw", "cqic": "cqic"}
+    assert all(cls.description for cls in SCHEMES.values())
+    with pytest.raises(InputError, match="unknown scheme 'vegas'; known: bbr, claw, cqic, cubic, reno"):
+        get_scheme("vegas")
+
+
+def test_kernel_schemes_start_nothing_on_the_ues(tmp_path: Path) -> None:
+    for name in ("cubic", "reno", "bbr"):
+        assert get_scheme(name)().client_agents(ctx(tmp_path)) == []
+
+
+@pytest.mark.parametrize("name,variant", [("claw", "claw"), ("cqic", "cqic")])
+def test_claw_clients_get_the_agent_key_diag_port_and_marking_device(tmp_path: Path, name: str, variant: str) -> None:
+    scheme = get_scheme(name)()
+    assert isinstance(scheme, Claw)
+    scheme.key_path = ensure_key(tmp_path / "claw-key")
+    agents = scheme.client_agents(ctx(tmp_path))
+    assert [a.name for a in agents] == [f"{name}-client-ue0", f"{name}-client-ue1"]
+    argv = agents[0].argv
+    assert argv[1:3] == ["-m", "clawbed.claw.client"]
+
+    def opt(flag: str, args: list[str] = argv) -> str:
+        return args[args.index(flag) + 1]
+
+    assert opt("--ue-id") == "0" and opt("--netns") == "cbab12u0"
+    assert opt("--server") == "10.64.0.1:7070" and opt("--key-file") == str(tmp_path / "claw-key")
+    assert opt("--period-ms") == "20" and opt("--variant") == variant
+    assert opt("--mark-dev") == "cbab12t0" and opt("--run-id") == "ab12" and opt("--run-dir") == str(tmp_path)
+    assert opt("--diag-port") == "5775" and argv[-2:] == ["--n-rb", "50"]
+    assert "--diag-port" not in agents[1].argv and opt("--ue-id", agents[1].argv) == "1"
+
+
+def test_key_is_made_once_private_and_32_bytes(tmp_path: Path) -> None:
+    path = ensure_key(tmp_path / "k")
+    key = path.read_bytes()
+    assert len(key) == 32 and (path.stat().st_mode & 0o777) == 0o600
+    assert ensure_key(path).read_bytes() == key
