@@ -11,7 +11,6 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 VENV := .venv
 CLAWBED := $(VENV)/bin/clawbed
 PYTEST := $(VENV)/bin/pytest
-RUN_DIR := runs/default
 DEFAULT_TRACE := traces/samples/busy-cell.cbt
 
 .PHONY: setup build replay test test-rust test-python bench clean
@@ -21,12 +20,12 @@ setup:
 
 build: setup
 
+# With CLAWBED_INGEST=1 (the Vagrant VM sets it) the run also goes into InfluxDB for the dashboards.
+REPLAY_NAME := replay-$(shell date +%Y%m%d-%H%M%S)
+
 replay: setup
-	mkdir -p $(RUN_DIR)
-	$(CLAWBED) trace validate $(DEFAULT_TRACE)
-	$(CLAWBED) trace info $(DEFAULT_TRACE)
-	$(CLAWBED) trace plot $(DEFAULT_TRACE) -o $(RUN_DIR)/trace.png
-	@echo "replay: trace report in $(RUN_DIR)/"
+	$(CLAWBED) replay --trace $(DEFAULT_TRACE) --page profile --schemes claw,cubic --runs 5 --loader browser --name $(REPLAY_NAME)
+	if [ "$${CLAWBED_INGEST:-0}" = 1 ]; then $(CLAWBED) dash ingest $${CLAWBED_RUNS:-runs}/$(REPLAY_NAME); fi
 
 test: setup test-rust test-python
 

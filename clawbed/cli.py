@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 
 from clawbed import __version__
+from clawbed.dashboards.cli import dash
 from clawbed.emulator.cli import emu
 from clawbed.errors import ClawbedError, InputError
+from clawbed.replay.cli import replay
 from clawbed.traces.cli import trace
 
 
@@ -21,6 +23,8 @@ def cli() -> None:
 
 cli.add_command(trace)
 cli.add_command(emu)
+cli.add_command(dash)
+cli.add_command(replay)
 
 
 @cli.command()

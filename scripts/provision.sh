@@ -26,6 +26,7 @@ die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 #   chromium                         the headless browser that loads pages (driven by Playwright)
 #   influxdb influxdb-client         the time-series store behind the dashboards
 #   mininet bridge-utils             orchestrator topologies (no Open vSwitch: host links or a Linux bridge)
+#   vagrant                          checking the Vagrantfile offline (vagrant validate)
 #   python3 python3-venv python3-dev the Python environment of the clawbed distribution
 #   openssl                          self-signed certificates for the test web servers
 #   ca-certificates git              fetching crates and Python packages by name
@@ -35,7 +36,7 @@ apt_packages=(
   iproute2 ethtool iptables iputils-ping
   iperf3 nginx chromium
   influxdb influxdb-client
-  mininet bridge-utils
+  mininet bridge-utils vagrant
   python3 python3-venv python3-dev
   openssl ca-certificates git
 )

@@ -138,29 +138,94 @@ def test_a_counter_reset_is_a_new_baseline() -> None:
 
 # -- detector / saturation windows --------------------------------------------------------------
 
+def drive(core: ClientCore, subframes: list[FakeSubframe], *, limited: bool, srtt_us: int = 100_000,
+          chunk_ms: int = 50) -> Step:
+    """Feed ``subframes`` in chunks of ``chunk_ms``; after each chunk the server echoes every
+    report of it (as an agent would, about one chunk later), with cwnd-limited ``limited``."""
+    total = Step()
+    for i in range(0, len(subframes), chunk_ms):
+        out = run_core(core, subframes[i:i + chunk_ms])
+        total.rows += out.rows
+        total.feedback += out.feedback
+        for fb in out.feedback:
+            core.on_echo(Echo(ue_id=core.config.ue_id, seq=fb.seq, srtt_us=srtt_us, cwnd_packets=10,
+                              cwnd_limited=limited))
+    return total
+
+
 def test_wireline_after_three_windows_cwnd_limited_and_unused() -> None:
     core = ClientCore(ClientConfig(ue_id=1, server="10.64.0.1:7070"))
-    echo = Echo(ue_id=1, seq=0, srtt_us=100_000, cwnd_limited=True, cwnd_packets=10)
-    rows, feedback = [], []
-    for start in range(0, 1200, 50):
-        # An idle cell, the UE using 1 RB per subframe although it could use all 50.
-        out = run_core(core, busy(start, start + 50, total_alloc_rbs=1, own_rbs=1))
-        rows += out.rows
-        feedback += out.feedback
-        core.on_echo(echo)
-    verdicts = [r.verdict for r in rows if r.verdict is not None]
-    assert verdicts[:3] == [Bottleneck.WIRELINE] * 3
-    switched = next(r.t_ms for r in rows if r.bottleneck is Bottleneck.WIRELINE)
-    assert any(f.wireline for f in feedback if f.diag_time_ms >= switched)
-    assert not any(f.wireline for f in feedback if f.diag_time_ms < switched)
+    # An idle cell, the UE using 1 RB per subframe although it could use all 50, the server
+    # limited by W_claw throughout.
+    out = drive(core, busy(0, 1200, total_alloc_rbs=1, own_rbs=1), limited=True)
+    verdicts = [(r.t_ms, r.verdict) for r in out.rows if r.verdict is not None]
+    assert verdicts[:3] == [(100, Bottleneck.WIRELINE), (200, Bottleneck.WIRELINE), (300, Bottleneck.WIRELINE)]
+    switched = next(r.t_ms for r in out.rows if r.bottleneck is Bottleneck.WIRELINE)
+    assert switched == 300
+    assert any(f.wireline for f in out.feedback if f.diag_time_ms >= switched)
+    assert not any(f.wireline for f in out.feedback if f.diag_time_ms < switched)
 
 
 def test_cellular_when_the_flow_uses_what_was_available() -> None:
     core = ClientCore(ClientConfig(ue_id=1, server="s"))
-    for start in range(0, 1200, 50):
-        out = run_core(core, busy(start, start + 50, total_alloc_rbs=50, own_rbs=50))
-        core.on_echo(Echo(ue_id=1, seq=0, srtt_us=100_000, cwnd_limited=True, cwnd_packets=10))
-        assert not any(f.wireline for f in out.feedback)
+    out = drive(core, busy(0, 1200, total_alloc_rbs=50, own_rbs=50), limited=True)
+    assert [r.verdict for r in out.rows if r.verdict is not None] == [Bottleneck.CELLULAR] * 11
+    assert not any(f.wireline for f in out.feedback)
+    assert core.detector_state == (Bottleneck.CELLULAR, False)
+
+
+def test_u_counts_the_updates_window_when_t_changes_before_the_verdict() -> None:
+    """The idle-cell oddity: T fell from 100 ms to 60 ms (the first echo) while a check was
+    pending, and U was read off the 60 ms estimate but compared with N_f of the 100 ms
+    update: 3000 < 0.8 · 5000 RBs, "wireline", although the UE used every RB."""
+    core = ClientCore(ClientConfig(ue_id=1, server="s"))
+    out = drive(core, busy(0, 1000, total_alloc_rbs=50, own_rbs=50), limited=True, srtt_us=60_000)
+    assert out.feedback[0].window_ms == 100 and out.feedback[-1].window_ms == 60
+    verdicts = [r.verdict for r in out.rows if r.verdict is not None]
+    assert len(verdicts) >= 8 and set(verdicts) == {Bottleneck.CELLULAR}
+    assert core.detector_state == (Bottleneck.CELLULAR, False)
+
+
+def test_no_verdict_unless_the_server_was_limited_by_w_claw() -> None:
+    """The echo says not limited by CLAW's window (an initial window, an app-limited flow,
+    W_cubic below W_claw in wireline mode): the window says nothing about the bottleneck,
+    so it neither makes nor breaks a run of verdicts, nor counts towards alternation."""
+    core = ClientCore(ClientConfig(ue_id=1, server="s"))
+    idle_unused = dict(total_alloc_rbs=1, own_rbs=1)
+    out = drive(core, busy(0, 1000, **idle_unused), limited=False)
+    assert [r.verdict for r in out.rows if r.verdict is not None] == []
+    assert core.counters.checks_without_evidence >= 8 and core.counters.verdicts == 0
+    assert core.detector_state == (Bottleneck.CELLULAR, False)
+    # Wireline once the server offers W_claw and the UE still gets 1 RB ...
+    drive(core, busy(1000, 1400, **idle_unused), limited=True)
+    assert core.detector_state == (Bottleneck.WIRELINE, False)
+    # ... and it stays so while the server runs a W_cubic below W_claw (no verdicts).
+    drive(core, busy(1400, 3000, **idle_unused), limited=False)
+    assert core.detector_state == (Bottleneck.WIRELINE, False)
+    assert all(f.wireline for f in run_core(core, busy(3000, 3200, **idle_unused)).feedback)
+
+
+def test_n_f_is_the_one_in_force_at_the_server_while_it_sent_the_data() -> None:
+    """A fresh connection's first report comes from a window of one subframe in which the
+    UE's own data filled the cell (L = 1, N_I = 0): N_f = 50 RBs, a W_claw of 2 packets.
+    The data of the next window left the server under that W_claw, so the UE's 5 RBs per
+    subframe then are all it could get, not a sign of a wireline bottleneck; once the big
+    N_f of the second report is the one in force, 5 RBs of 50 are."""
+    core = ClientCore(ClientConfig(ue_id=1, server="s"))
+    first = busy(0, 1, total_alloc_rbs=50, own_rbs=50)
+    out = drive(core, first + busy(1, 500, total_alloc_rbs=5, own_rbs=5), limited=True)
+    assert out.feedback[0].n_f_rbs == 50 and out.feedback[1].n_f_rbs > 4000
+    verdicts = [(r.t_ms, r.verdict) for r in out.rows if r.verdict is not None]
+    assert verdicts[:3] == [(100, Bottleneck.CELLULAR), (200, Bottleneck.CELLULAR), (300, Bottleneck.WIRELINE)]
+
+
+def test_only_the_echo_of_the_updates_report_counts_and_a_missing_one_drops_the_check() -> None:
+    core = ClientCore(ClientConfig(ue_id=1, server="s"))
+    for start in range(0, 1000, 50):
+        out = run_core(core, busy(start, start + 50, total_alloc_rbs=1, own_rbs=1))
+        for fb in out.feedback:  # echoes that answer no report of this client
+            core.on_echo(Echo(ue_id=1, seq=fb.seq + 1000, srtt_us=100_000, cwnd_packets=10, cwnd_limited=True))
+    assert core.counters.verdicts == 0 and core.counters.checks_unanswered >= 4
     assert core.detector_state == (Bottleneck.CELLULAR, False)
 
 

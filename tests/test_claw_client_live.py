@@ -33,7 +33,7 @@ import pytest
 from clawbed.claw.feedback import Echo, FeedbackRejected, decode_feedback
 from clawbed.claw.client.estimates import read_estimates
 from clawbed.claw.client.feed import LossKind
-from clawbed.claw.client.marking import CONFIG_MAP, AckMarkMap
+from clawbed.claw.client.marking import CONFIG_MAP, AckMarkMap, marker_name
 from clawbed.claw.client.offline import score
 from clawbed.emulator.process import BINARY, EmulatedCell
 from clawbed.emulator.truth import read_truth
@@ -241,7 +241,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
             while time.monotonic() < deadline and client.alive():
                 time.sleep(0.05)
             assert client.alive(), (out / "claw-client.log").read_text()
-            with AckMarkMap(out / f"cb{cell.run_id}mk" / "maps" / CONFIG_MAP) as marks:
+            with AckMarkMap(out / marker_name(cell.run_id, 0) / CONFIG_MAP) as marks:
                 injected_at = time.time()
                 marks.note_event(LossKind.WIRELESS, time.monotonic_ns() + 1_000_000_000)
             assert flow.done.wait(FLOW_S + 60), "the bulk flow did not finish"

@@ -16,9 +16,10 @@ from typing import Iterator
 
 import pytest
 
-from clawbed.netns import Endpoint, Namespace, Resources, new_run_id, socket_in_namespace
+from clawbed.netns import Endpoint, Ledger, Namespace, Resources, new_run_id, socket_in_namespace
 from clawbed.claw.client.feed import LossKind
-from clawbed.claw.client.marking import AckMarker, build_object
+from clawbed.claw.bpfobjects import build_command, object_path
+from clawbed.claw.client.marking import OBJECT_NAME, AckMarker, marker_name
 
 pytestmark = pytest.mark.root
 
@@ -160,16 +161,22 @@ def _raw_socket(ns: str) -> socket.socket:
     return result["s"]
 
 
-def test_object_builds() -> None:
-    obj = build_object()
-    assert obj.exists() and obj.stat().st_size > 0
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    """claw/bpf/build.sh is the one build path (the marker never compiles)."""
+    proc = subprocess.run(build_command(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert object_path(OBJECT_NAME).stat().st_size > 0
 
 
 def test_acks_are_marked_only_within_the_window_after_an_event(link: tuple) -> None:
     res, ue, core, run_dir = link
     dev = res.name("vu")
     capture = Capture(core.name, res.name("vc"), UE_ADDR)
-    marker = AckMarker(netns=ue.name, dev=dev, run_id=res.run_id, run_dir=run_dir, res=res)
+    marker = AckMarker(netns=ue.name, dev=dev, run_id=res.run_id, run_dir=run_dir, ue_id=0, ledger=res.ledger)
+    res.callback(marker.close)
+    assert marker.bpffs.path == run_dir / f"cb{res.run_id}m0"
+    assert [e["kind"] for e in res.ledger.entries()][-2:] == ["bpffs", "tc-filter"]
     try:
         # No event yet: nothing marked.
         port = transfer(ue, core, 2_000_000)
@@ -220,13 +227,46 @@ def test_acks_are_marked_only_within_the_window_after_an_event(link: tuple) -> N
                              capture_output=True, text=True).stdout
     qdiscs = subprocess.run(["tc", "-n", ue.name, "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
     assert "bpf" not in filters and "clsact" not in qdiscs
-    assert str(marker.bpffs) not in Path("/proc/mounts").read_text()
-    assert not marker.bpffs.exists()
+    assert str(marker.bpffs.path) not in Path("/proc/mounts").read_text()
+    assert not marker.bpffs.path.exists()
     marker.close()  # idempotent
 
 
 def test_marker_refuses_an_unknown_device(link: tuple) -> None:
     res, ue, _, run_dir = link
     with pytest.raises(Exception, match="nosuchdev"):
-        AckMarker(netns=ue.name, dev="nosuchdev", run_id=res.run_id, run_dir=run_dir)
-    assert not (run_dir / f"cb{res.run_id}mk").exists()
+        AckMarker(netns=ue.name, dev="nosuchdev", run_id=res.run_id, run_dir=run_dir, ue_id=0)
+    assert not (run_dir / f"cb{res.run_id}m0").exists()
+
+
+def test_two_ues_markers_do_not_collide(link: tuple) -> None:
+    """One bpffs per UE (cb<rid>m<ue>): two markers of one run, each removing only its own."""
+    res, ue, core, run_dir = link
+    one = AckMarker(netns=ue.name, dev=res.name("vu"), run_id=res.run_id, run_dir=run_dir, ue_id=1)
+    try:
+        two = AckMarker(netns=core.name, dev=res.name("vc"), run_id=res.run_id, run_dir=run_dir, ue_id=2)
+        assert {one.name, two.name} == {marker_name(res.run_id, 1), marker_name(res.run_id, 2)}
+        two.close()
+        assert one.bpffs.path.exists() and not two.bpffs.path.exists()
+        one.note_event(LossKind.OVERFLOW, time.monotonic_ns())  # still loaded and writable
+    finally:
+        one.close()
+    assert not one.bpffs.path.exists()
+
+
+def test_a_killed_clients_marker_is_removed_from_its_ledger(link: tuple) -> None:
+    """A marker whose owner died without closing it: the ledger's entries (through the
+    shared module's registered cleanup) remove its filter and its bpffs."""
+    from clawbed.netns import cleanup_from_ledger
+
+    res, ue, _, run_dir = link
+    dev = res.name("vu")
+    ledger = Ledger(run_dir / "client-ledger.jsonl")  # the marker's entries only, not the link's
+    marker = AckMarker(netns=ue.name, dev=dev, run_id=res.run_id, run_dir=run_dir, ue_id=3, ledger=ledger)
+    marker._close_maps()  # the process "died": nothing of it closes the filter or the mount
+    removed = " | ".join(cleanup_from_ledger(ledger.path))
+    assert "tc egress filter on" in removed and f"bpffs {marker.name}" in removed, removed
+    filters = subprocess.run(["tc", "-n", ue.name, "filter", "show", "dev", dev, "egress"],
+                             capture_output=True, text=True).stdout
+    assert "bpf" not in filters
+    assert str(marker.bpffs.path) not in Path("/proc/mounts").read_text()

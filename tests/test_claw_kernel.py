@@ -433,7 +433,7 @@ def test_flags_set_by_the_ue_egress_program_reach_the_cc_and_are_cleared(bed: Be
         bpfmap.obj_pin(obj.map_fd("ack_mark_cfg"), cfg_pin)
     bed.res.callback(os.unlink, marker_pin)
     bed.res.callback(os.unlink, cfg_pin)
-    tc = loader.TcProgram(bed.ue, bed.ue_dev, marker_pin, direction="egress")
+    tc = loader.TcProgram(bed.ue.name, bed.ue_dev, marker_pin, direction="egress", pref=loader.TC_PREF)
     bed.res.callback(tc.close)
     with BpfMap.open_pinned(cfg_pin) as cfg:
         far = time.monotonic_ns() + 3600 * 10**9

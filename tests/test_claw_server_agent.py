@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from clawbed.claw.feedback import Feedback, decode_echo
-from clawbed.claw.server.agent import (ACTIVE_FLOW_NS, Agent, AgentError, mode_of, parse_endpoint, read_key)
+from clawbed.claw.server.agent import (ACTIVE_FLOW_NS, Agent, AgentError, limited_by_claws_window, mode_of,
+                                       parse_endpoint, read_key)
 from clawbed.claw.server.maps import FlowFlag, FlowKey, FlowStats, Mode, Peer, addr_key
 from clawbed.errors import ClawbedError
 
@@ -55,10 +56,12 @@ def report(seq: int, w: int = 50_000, *, key: bytes = KEY, ue_id: int = 0, satur
                     window_ms=window_ms, saturated=saturated, wireline=wireline).encode(key)
 
 
-def stats(now: int, *, cwnd: int = 20, srtt_us: int = 50_000, limited_ns: int = 0, flags: int = 0,
+def stats(now: int, *, cwnd: int = 20, srtt_us: int = 50_000, claw_limited_since_ns: int = 0, flags: int = 0,
           age_ns: int = 0) -> bytes:
     fields = dict.fromkeys([f for f in FlowStats.__dataclass_fields__], 0)
-    fields.update(updated_ns=now - age_ns, cwnd_pkts=cwnd, srtt_us=srtt_us, cwnd_limited_ns=limited_ns, flags=flags)
+    fields.update(updated_ns=now - age_ns, cwnd_pkts=cwnd, srtt_us=srtt_us, flags=flags,
+                  cwnd_limited_ns=now - age_ns if claw_limited_since_ns else 0,
+                  claw_limited_since_ns=claw_limited_since_ns)
     return FlowStats(**fields).pack()
 
 
@@ -135,17 +138,32 @@ def test_echo_summarises_the_active_flows_to_that_ue(parts) -> None:
     gone = FlowKey(UE, "10.64.0.1", 40003, 443).pack()
     idle = FlowKey(UE, "10.64.0.1", 40004, 443).pack()
     other = FlowKey("10.65.0.2", "10.64.0.1", 40005, 443).pack()
-    flows.data[k1] = stats(now, cwnd=30, srtt_us=40_000, age_ns=5_000_000, limited_ns=now - 150_000_000)
-    flows.data[k2] = stats(now, cwnd=12, srtt_us=61_000, age_ns=1_000_000, limited_ns=now - 50_000_000)
+    flows.data[k1] = stats(now, cwnd=30, srtt_us=40_000, age_ns=5_000_000, claw_limited_since_ns=now - 50_000_000)
+    flows.data[k2] = stats(now, cwnd=12, srtt_us=61_000, age_ns=1_000_000, claw_limited_since_ns=now - 150_000_000)
     flows.data[gone] = stats(now, cwnd=500, flags=FlowFlag.RELEASED)
     flows.data[idle] = stats(now, cwnd=700, age_ns=ACTIVE_FLOW_NS + 1)
     flows.data[other] = stats(now, cwnd=900)
     e = decode_echo(agent.handle(report(1, window_ms=100), SRC), KEY)
     assert e.srtt_us == 61_000           # the most recently acknowledged flow's
     assert e.cwnd_packets == 42          # the two active flows together
-    assert e.cwnd_limited                # k2 was cwnd-limited 50 ms ago, within T = 100 ms
-    e = decode_echo(agent.handle(report(2, window_ms=40), SRC), KEY)
-    assert not e.cwnd_limited            # ...but not within T = 40 ms
+    assert e.cwnd_limited                # k2 was limited by W_claw for the whole T = 100 ms
+    e = decode_echo(agent.handle(report(2, window_ms=200), SRC), KEY)
+    assert not e.cwnd_limited            # ...but not for a whole T = 200 ms (nor k1)
+
+
+def test_cwnd_limited_means_by_claws_window_for_the_whole_window() -> None:
+    """The echo's flag is the bottleneck detector's evidence: a run of ACKs cwnd-limited by
+    CLAW's window covering the report's whole window T, still going on."""
+    now, t = 10 * 10**9, 100_000_000
+
+    def flow(since_ns: int, age_ns: int = 0) -> FlowStats:
+        return FlowStats.unpack(stats(now, claw_limited_since_ns=since_ns, age_ns=age_ns))
+
+    assert limited_by_claws_window(flow(now - t), now, t)
+    assert not limited_by_claws_window(flow(now - t + 1), now, t)   # the run began inside the window
+    assert not limited_by_claws_window(flow(0), now, t)             # the last ACK ended the run
+    # No ACK for longer than the window: the run's state is not known up to now.
+    assert not limited_by_claws_window(flow(now - 5 * t, age_ns=t + 1), now, t)
 
 
 def test_flow_map_is_walked_once_a_second_not_per_report(parts) -> None:

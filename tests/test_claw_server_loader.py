@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clawbed.claw import bpfobjects
 from clawbed.claw.server import loader
 from clawbed.claw.server.sysctls import SERVER_SYSCTLS, apply_server_sysctls
 from clawbed.netns import Ledger, ResourceError
@@ -35,50 +36,83 @@ class FakeNs:
         self.calls.append(["sysctl", key, str(value)])
 
 
+class FakeTc:
+    """Stands in for ``tc -n NETNS ...``: records the arguments, answers from ``replies``
+    (first matching prefix), fails the command starting with ``fail``."""
+
+    def __init__(self, replies: dict[tuple[str, ...], str] | None = None, fail: tuple[str, ...] | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.replies = replies or {}
+        self.fail = fail
+
+    def __call__(self, netns: str, *args: str) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(args))
+        if self.fail and args[: len(self.fail)] == self.fail:
+            return subprocess.CompletedProcess(args, 2, "", "RTNETLINK answers: nope")
+        out = next((v for k, v in self.replies.items() if args[: len(k)] == k), "")
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+
 def test_tc_program_adds_clsact_only_when_missing_and_removes_only_its_own(tmp_path: Path, monkeypatch) -> None:
     removed: list[tuple] = []
-    monkeypatch.setattr(loader, "remove_tc_filter", lambda *a: removed.append(a) or True)
+    monkeypatch.setattr(bpfobjects, "remove_tc_filter", lambda *a: removed.append(a) or True)
     ledger = Ledger(tmp_path / "ledger.jsonl")
-    ns = FakeNs(replies={("tc", "qdisc", "show"): "qdisc noqueue 0: root refcnt 2\n"})
-    tc = loader.TcProgram(ns, "cbxxs0", Path("/run/x/prog"), ledger=ledger)  # type: ignore[arg-type]
-    assert ns.calls[1] == ["tc", "qdisc", "add", "dev", "cbxxs0", "clsact"]
-    assert ns.calls[2] == ["tc", "filter", "add", "dev", "cbxxs0", "ingress", "pref", str(loader.TC_PREF), "bpf",
+    tc = FakeTc(replies={("qdisc", "show"): "qdisc noqueue 0: root refcnt 2\n"})
+    monkeypatch.setattr(bpfobjects, "_tc", tc)
+    prog = loader.TcProgram("cbtestns", "cbxxs0", Path("/run/x/prog"), direction="ingress", pref=loader.TC_PREF,
+                            ledger=ledger)
+    assert tc.calls[1] == ["qdisc", "add", "dev", "cbxxs0", "clsact"]
+    assert tc.calls[2] == ["filter", "add", "dev", "cbxxs0", "ingress", "pref", str(loader.TC_PREF), "bpf",
                            "object-pinned", "/run/x/prog", "direct-action"]
-    tc.close()
-    tc.close()
+    prog.close()
+    prog.close()
     assert removed == [("cbtestns", "cbxxs0", "ingress", loader.TC_PREF, True)]
     entry = ledger.entries()[0]
     assert entry == {"kind": "tc-filter", "name": "cbxxs0", "netns": "cbtestns", "direction": "ingress",
                      "pref": loader.TC_PREF, "qdisc": True}
 
     removed.clear()
-    ns = FakeNs(replies={("tc", "qdisc", "show"): "qdisc clsact ffff: parent ffff:fff1\n"})
-    loader.TcProgram(ns, "cbxxs0", Path("/p"), direction="egress").close()  # type: ignore[arg-type]
-    assert not any(c[:3] == ["tc", "qdisc", "add"] for c in ns.calls)
-    assert removed == [("cbtestns", "cbxxs0", "egress", loader.TC_PREF, False)]
+    tc = FakeTc(replies={("qdisc", "show"): "qdisc clsact ffff: parent ffff:fff1\n"})
+    monkeypatch.setattr(bpfobjects, "_tc", tc)
+    loader.TcProgram("cbtestns", "cbxxs0", Path("/p"), direction="egress", pref=7).close()
+    assert not any(c[:2] == ["qdisc", "add"] for c in tc.calls)
+    assert removed == [("cbtestns", "cbxxs0", "egress", 7, False)]
 
 
 def test_tc_program_failure_names_the_command_and_undoes_the_qdisc(monkeypatch) -> None:
     removed: list[tuple] = []
-    monkeypatch.setattr(loader, "remove_tc_filter", lambda *a: removed.append(a) or True)
-    ns = FakeNs(fail=("tc", "filter", "add"))
+    monkeypatch.setattr(bpfobjects, "remove_tc_filter", lambda *a: removed.append(a) or True)
+    monkeypatch.setattr(bpfobjects, "_tc", FakeTc(fail=("filter", "add")))
     with pytest.raises(ResourceError, match="tc filter add dev cbxxs0"):
-        loader.TcProgram(ns, "cbxxs0", Path("/p"))  # type: ignore[arg-type]
+        loader.TcProgram("cbtestns", "cbxxs0", Path("/p"), direction="ingress", pref=loader.TC_PREF)
     assert removed == [("cbtestns", "cbxxs0", "ingress", loader.TC_PREF, True)]
     with pytest.raises(ValueError):
-        loader.TcProgram(FakeNs(), "d", Path("/p"), direction="sideways")  # type: ignore[arg-type]
+        loader.TcProgram("cbtestns", "d", Path("/p"), direction="sideways", pref=1)
 
 
-@pytest.mark.parametrize("arphrd,kind", [("1", "eth"), ("772", "eth"), ("65534", "l3")])
-def test_device_kind_from_link_type(arphrd: str, kind: str) -> None:
-    ns = FakeNs(replies={("cat",): arphrd + "\n"})
-    assert loader.device_l2_kind(ns, "cbxxt0") == kind  # type: ignore[arg-type]
-    assert ns.calls == [["cat", "/sys/class/net/cbxxt0/type"]]
+@pytest.mark.parametrize("arphrd,l2_len", [("1", 14), ("772", 14), ("65534", 0)])
+def test_device_l2_len_from_link_type(monkeypatch, arphrd: str, l2_len: int) -> None:
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, arphrd + "\n", "")
+
+    monkeypatch.setattr(bpfobjects.subprocess, "run", run)
+    assert bpfobjects.device_l2_len("cbtestns", "cbxxt0") == l2_len
+    assert calls == [["ip", "netns", "exec", "cbtestns", "cat", "/sys/class/net/cbxxt0/type"]]
 
 
-def test_device_kind_refuses_other_link_types() -> None:
+def test_device_l2_len_refuses_other_link_types(monkeypatch) -> None:
+    monkeypatch.setattr(bpfobjects.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "776\n", ""))
     with pytest.raises(ResourceError, match="link type 776"):
-        loader.device_l2_kind(FakeNs(replies={("cat",): "776"}), "cbxxg0")  # type: ignore[arg-type]
+        bpfobjects.device_l2_len("cbtestns", "cbxxg0")
+
+
+def test_a_missing_object_says_how_to_build_it(tmp_path: Path) -> None:
+    with pytest.raises(ResourceError, match="build.sh"):
+        bpfobjects.object_path("ack_mark_egress.bpf.o", tmp_path)
 
 
 def test_build_command_and_objects_dir(monkeypatch, tmp_path: Path) -> None:
@@ -101,12 +135,16 @@ def test_unknown_variant_is_refused(tmp_path: Path) -> None:
 def test_cleanup_entry_removes_a_leftover_pin_and_ignores_what_is_gone(tmp_path: Path) -> None:
     pin = tmp_path / "claw_peers"
     pin.write_text("")
-    assert loader.cleanup_entry({"kind": "bpf-pin", "name": str(pin)}) == f"BPF pin {pin}"
+    assert bpfobjects.cleanup_entry({"kind": "bpf-pin", "name": str(pin)}) == f"BPF pin {pin}"
     assert not pin.exists()
-    assert loader.cleanup_entry({"kind": "bpf-pin", "name": str(pin)}) is None
+    assert bpfobjects.cleanup_entry({"kind": "bpf-pin", "name": str(pin)}) is None
     assert loader.cleanup_entry({"kind": "struct_ops", "name": "claw", "pin": str(tmp_path / "nolink")}) is None
-    assert loader.cleanup_entry({"kind": "bpffs", "name": "cbxxbp", "path": str(tmp_path)}) is None  # not a bpffs
+    assert bpfobjects.cleanup_entry({"kind": "bpffs", "name": "cbxxbp", "path": str(tmp_path)}) is None  # not a bpffs
     assert loader.cleanup_entry({"kind": "netns", "name": "cbxx"}) is None  # not ours
+    assert bpfobjects.cleanup_entry({"kind": "netns", "name": "cbxx"}) is None
+    # Every kind either module records has its handler registered with clawbed.netns.
+    from clawbed.netns import CLEANUP_HANDLERS
+    assert {"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default"} <= set(CLEANUP_HANDLERS)
 
 
 def test_server_sysctls_are_set_and_previous_values_returned() -> None:

@@ -15,6 +15,9 @@ from clawbed.netns import Namespace
 class FakeRes:
     run_id = "ab12"
 
+    class ledger:  # noqa: N801 - stands in for the run's Ledger: only its path is passed on
+        path = Path("/run/x/ledger.jsonl")
+
     def name(self, role: str) -> str:
         return f"cb{self.run_id}{role}"
 

@@ -607,6 +607,18 @@ void BPF_PROG(claw_cong_control, struct sock *sk, __u32 ack, int flag, const str
 		flags |= CLAW_FLOW_CWND_LIMITED;
 		st->cwnd_limited_ns = now_ns;
 	}
+	/* The bottleneck detector's evidence: a window whose flow was cwnd-limited by CLAW's
+	 * window from start to end shows whether the cell carried W_claw. The initial window,
+	 * a stale report, an RTO or, in wireline mode, a W_cubic below W_claw end the run:
+	 * a flow held below W_claw uses fewer RBs than N_f whatever the bottleneck. */
+	int runs_claws_window = applied == CLAW_APPLIED_CELLULAR || applied == CLAW_APPLIED_SATURATED ||
+				(applied == CLAW_APPLIED_WIRELINE && w_cubic >= w_claw_pkts);
+	if (tp->is_cwnd_limited && runs_claws_window) {
+		if (!st->claw_limited_since_ns)
+			st->claw_limited_since_ns = now_ns;
+	} else {
+		st->claw_limited_since_ns = 0;
+	}
 	if (ca->own.cap_pkts)
 		flags |= CLAW_FLOW_CAP_ACTIVE;
 	if (shadow_in_slow_start(ca))

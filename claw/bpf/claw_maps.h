@@ -107,6 +107,9 @@ struct claw_flow_stats {
 	__u64 pacing_rate_Bps;   /* sk_pacing_rate set on the last ACK, bytes/s */
 	__u64 report_seen_ns;    /* the first ACK that saw report peer_seq (reaction time) */
 	__u64 report_seen_acks;  /* the value of acks on that ACK */
+	__u64 claw_limited_since_ns; /* start of the current run of ACKs on which the flow was
+	                              * cwnd-limited by CLAW's window (see claw_cc.bpf.c,
+	                              * runs_claws_window); 0 when the last ACK was not */
 };
 
 struct claw_ack_flags {

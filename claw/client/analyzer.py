@@ -320,6 +320,12 @@ class LoadAnalyzer:
             return self._last_estimate
         return self._compute()
 
+    def own_rbs_at(self, t_ms: int) -> int:
+        """S_k of subframe ``t_ms``, RBs: 0 when the UE was not scheduled then, or when the
+        subframe is not held (before this connection, or older than the ring)."""
+        i = t_ms % RING_MS
+        return self._own_rbs[i] if self.active and self._valid(i, t_ms) else 0
+
     def tbs_bits(self, mcs: int, n_prb: int, layers: int = 1) -> int:
         """TBS bits for MCS ``mcs`` on ``n_prb`` PRBs clamped to [1, N_rb] (the capacity
         formula's F), ``layers`` 1 or 2."""

@@ -13,9 +13,16 @@ subframe's row holds every message of it whatever their order; 1 ms of latency):
 1. the analyzer's estimate of the window ending there;
 2. at the end of each window (every T ms since the connection started): the saturation
    rule observes N_I and N_t;
-3. when a bottleneck check is due (T ms after the W_claw update that started it): the
-   detector judges U = N_s of that window against the update's N_f, with the cwnd-limited
-   flag of the latest server echo received since the update;
+3. a pending bottleneck check adds the subframe's own RBs to its U while the subframe lies
+   in the T_u subframes after the W_claw update that started it (T_u = the update's window,
+   so U and N_f count the same number of subframes), and is judged once that window is
+   over and the server's echo of the update's own report has arrived: the echo's flag says
+   whether the server's flow was cwnd-limited by CLAW's window throughout the server-side
+   window whose data reached the UE in U's window. Flagged: the detector judges U against
+   N_f, the smallest of the update's and of the earlier updates whose W_claw the server
+   was applying while it sent that data. Not flagged: no verdict (nothing was offered at
+   W_claw). No echo within another T_u: the check is dropped. See claw/DESIGN.md,
+   Bottleneck detector;
 4. when the feedback period has elapsed: a :class:`~clawbed.claw.feedback.Feedback`
    (never before the first downlink subframe, never while the radio is idle, never
    without any MCS known); a W_claw update starts a bottleneck check when none is pending.
@@ -23,6 +30,7 @@ subframe's row holds every message of it whatever their order; 1 ms of latency):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +46,10 @@ from clawbed.claw.client.feed import (MAC_DL_TRANSPORT_BLOCK, PDCP_DL_STATS, PDS
 MIN_FEEDBACK_PERIOD_MS = 1
 #: Least often: the feedback's longest window.
 MAX_FEEDBACK_PERIOD_MS = 10_000
+#: Recent W_claw updates kept to find the ones in force at the server during a check's
+#: window (at least 2 T / period + 1: 201 at T = 10 s and a 100 ms period, more than enough
+#: at any period for the windows that matter).
+RECENT_UPDATES = 256
 
 
 @dataclass(frozen=True)
@@ -108,11 +120,30 @@ class Step:
 
 @dataclass
 class _Check:
-    """A pending bottleneck check: started by the W_claw update at ``start_ms``."""
+    """A pending bottleneck check, started by the W_claw update (report ``seq``) sent in
+    subframe ``start_ms``: U counts the own RBs of subframes start_ms+1 .. start_ms+window_ms."""
 
     start_ms: int
-    due_ms: int
+    #: The update's window T, ms: N_f's length, hence U's.
+    window_ms: int
+    #: N_f the window is judged against, RBs (see :meth:`ClientCore._reference_n_f`).
     n_f_rbs: float
+    #: Sequence number of the update's report: its echo carries the check's evidence.
+    seq: int
+    #: U so far: own RBs (per subframe, summed) of the window's subframes closed so far.
+    u_rbs: int = 0
+    #: The echo's flag once it arrived: cwnd-limited by CLAW's window throughout the window.
+    limited_by_w_claw: bool | None = None
+
+    @property
+    def window_end_ms(self) -> int:
+        """The last subframe of U's window."""
+        return self.start_ms + self.window_ms
+
+    @property
+    def expires_ms(self) -> int:
+        """Without its echo by then, the check is dropped (the echo takes about one RTT ≈ T)."""
+        return self.start_ms + 2 * self.window_ms
 
 
 @dataclass
@@ -127,6 +158,10 @@ class Counters:
     wireless_events: int = 0
     overflow_events: int = 0
     verdicts: int = 0
+    #: Checks whose echo said the flow was not limited by CLAW's window: no verdict.
+    checks_without_evidence: int = 0
+    #: Checks whose echo never came: no verdict.
+    checks_unanswered: int = 0
     bad_messages: int = 0
 
 
@@ -152,10 +187,9 @@ class ClientCore:
         self._window_end_ms: int | None = None
         self._last_feedback_ms: int | None = None
         self._check: _Check | None = None
+        #: (diag time, N_f) of the latest W_claw updates, oldest first.
+        self._updates: deque[tuple[int, float]] = deque(maxlen=RECENT_UPDATES)
         self._window_ms = DEFAULT_WINDOW_MS
-        self._echo_cwnd_limited = False
-        self._echo_t_ms: int | None = None
-        self._last_verdict: Bottleneck | None = None
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -220,8 +254,9 @@ class ClientCore:
         return step
 
     def on_echo(self, echo: Echo) -> bool:
-        """Take an authenticated server echo: its smoothed RTT becomes T, its cwnd-limited
-        flag feeds the bottleneck detector. False (ignored) when it is for another UE."""
+        """Take an authenticated server echo: its smoothed RTT becomes T; when it answers the
+        report that started the pending bottleneck check, its cwnd-limited flag is that
+        check's evidence. False (ignored) when it is for another UE."""
         if echo.ue_id != self.config.ue_id:
             self.counters.echoes_other_ue += 1
             return False
@@ -230,8 +265,8 @@ class ClientCore:
             self._window_ms = window_ms_from_srtt_us(echo.srtt_us)
             if self.analyzer is not None:
                 self.analyzer.set_window_ms(self._window_ms)
-        self._echo_cwnd_limited = echo.cwnd_limited
-        self._echo_t_ms = self._open_t if self._open_t is not None else self.decoder.clock.latest_ms
+        if self._check is not None and echo.seq == self._check.seq:
+            self._check.limited_by_w_claw = echo.cwnd_limited
         return True
 
     def finish(self) -> Step:
@@ -276,6 +311,7 @@ class ClientCore:
             # The radio went idle: windows and checks start afresh with the next connection.
             self._window_end_ms = None
             self._check = None
+            self._updates.clear()
             self.saturation.reset()
         self._was_active = active
         estimate = a.estimate() if a is not None else None
@@ -289,9 +325,8 @@ class ClientCore:
                 if self.uses_detector:
                     self.saturation.observe(estimate.n_i_rbs, estimate.n_t_rbs)
                 self._window_end_ms = t + window
-            if self._check is not None and t >= self._check.due_ms:
-                verdict = self._judge(self._check, estimate)
-                self._check = None
+            if self._check is not None:
+                verdict = self._advance_check(self._check, t)
             if estimate.mean_mcs is not None and (
                     self._last_feedback_ms is None or t - self._last_feedback_ms >= self.config.feedback_period_ms):
                 feedback = self._feedback(t, estimate)
@@ -299,25 +334,50 @@ class ClientCore:
                 seq = feedback.seq
                 self._last_feedback_ms = t
                 if self.uses_detector and self._check is None:
-                    self._check = _Check(t, t + window, estimate.n_f_rbs)
+                    self._check = _Check(t, window, self._reference_n_f(t, window, estimate.n_f_rbs), feedback.seq)
+                self._updates.append((t, estimate.n_f_rbs))
         state, degraded = self.detector_state
         step.rows.append(Row(t, self._open_unix, active, estimate, self.saturation.saturated, state, degraded,
                              verdict, seq, self._open_events))
         self._open_events = []
 
-    def _judge(self, check: _Check, estimate: Estimate) -> Bottleneck:
-        """The bottleneck verdict of the window after the update that started ``check``."""
-        fresh_echo = self._echo_t_ms is not None and self._echo_t_ms >= check.start_ms
-        cwnd_limited = self._echo_cwnd_limited if fresh_echo else False
-        self.counters.verdicts += 1
-        verdict = self.detectors.observe(self.config.server, self._check_time_s(check), check.n_f_rbs,
-                                         estimate.n_s_rbs, cwnd_limited)
-        self._last_verdict = verdict
-        return verdict
+    def _reference_n_f(self, t_ms: int, window_ms: int, n_f_rbs: float) -> float:
+        """N_f for a check started by the update at ``t_ms`` (N_f ``n_f_rbs``, window T).
 
-    @staticmethod
-    def _check_time_s(check: _Check) -> float:
-        return check.due_ms / 1000.0
+        The data that reaches the UE in the T after the update left the server in the T
+        before the update's report reached it, under the W_claw of earlier updates: the last
+        one sent at or before t − T and every one sent since. The smallest of their N_f and
+        the update's is what the server offered for sure; a fresh connection's first,
+        small W_claw (a window of a few subframes) then does not read as "wireline".
+        """
+        reference = n_f_rbs
+        for sent_ms, n_f in reversed(self._updates):
+            reference = min(reference, n_f)
+            if sent_ms <= t_ms - window_ms:
+                break
+        return reference
+
+    def _advance_check(self, check: _Check, t_ms: int) -> Bottleneck | None:
+        """Count subframe ``t_ms`` into ``check``'s U; judge or drop the check when it is
+        due (see the module docstring, step 3); the verdict, if one was judged."""
+        assert self.analyzer is not None
+        if check.start_ms < t_ms <= check.window_end_ms:
+            check.u_rbs += self.analyzer.own_rbs_at(t_ms)
+        if t_ms < check.window_end_ms:
+            return None
+        if check.limited_by_w_claw is None:
+            if t_ms >= check.expires_ms:
+                self.counters.checks_unanswered += 1
+                self._check = None
+            return None
+        self._check = None
+        if not check.limited_by_w_claw:
+            self.counters.checks_without_evidence += 1
+            return None
+        self.counters.verdicts += 1
+        # The detector's clock (its cache's 60 s) is the end of the judged window.
+        return self.detectors.observe(self.config.server, check.window_end_ms / 1000.0, check.n_f_rbs,
+                                      check.u_rbs, True)
 
     def _feedback(self, t_ms: int, estimate: Estimate) -> Feedback:
         state, degraded = self.detector_state

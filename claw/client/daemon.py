@@ -365,10 +365,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log", type=Path, help="CSV file for the per-subframe estimates")
     p.add_argument("--log-period-ms", type=int, default=1, help="log one row per this many ms (default 1: every subframe)")
     mark = p.add_argument_group("ACK marking (loss flags)")
-    mark.add_argument("--mark-dev", help="load claw/bpf/ack_mark_egress on this device of the UE namespace "
-                                         "(needs --netns, --run-id and --run-dir)")
-    mark.add_argument("--run-id", help="run id: the marker's bpffs mount is named cb<run id>…")
+    mark.add_argument("--mark-dev", help="load claw/bpf/ack_mark_egress (built by claw/bpf/build.sh) on this "
+                                         "device of the UE namespace (needs --netns, --run-id and --run-dir)")
+    mark.add_argument("--run-id", help="run id: the marker's bpffs mount is named cb<run id>m<ue id>")
     mark.add_argument("--run-dir", type=Path, help="run directory: the marker's bpffs is mounted inside it")
+    mark.add_argument("--ledger", type=Path, help="the run's ledger: the marker's bpffs and tc filter are recorded "
+                                                  "there, so `clawbed cleanup` removes them after a crash")
     mark.add_argument("--ack-map", type=Path, help="instead of --mark-dev: the pinned config map of a marker "
                                                    "loaded by someone else")
     p.add_argument("--connect-timeout-s", type=float, default=10.0,
@@ -396,6 +398,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("give --mark-dev or --ack-map, not both")
     if args.mark_dev and not (args.netns and args.run_id and args.run_dir):
         parser.error("--mark-dev needs --netns, --run-id and --run-dir")
+    if args.ledger and not args.mark_dev:
+        parser.error("--ledger records the marker's objects: it needs --mark-dev")
     if args.netns and not Path(f"/var/run/netns/{args.netns}").exists():
         parser.error(f"--netns {args.netns}: no such network namespace")
     try:
@@ -419,8 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             marker: LossMarker | None = None
             if args.mark_dev:
                 from clawbed.claw.client.marking import AckMarker
+                from clawbed.netns import Ledger
                 marker = stack.enter_context(AckMarker(netns=args.netns, dev=args.mark_dev, run_id=args.run_id,
-                                                       run_dir=args.run_dir))
+                                                       run_dir=args.run_dir, ue_id=args.ue_id,
+                                                       ledger=Ledger(args.ledger) if args.ledger else None))
             elif args.ack_map:
                 from clawbed.claw.client.marking import AckMarkMap
                 marker = stack.enter_context(AckMarkMap(args.ack_map))

@@ -112,6 +112,7 @@ class Claw(Scheme):
                     "--key-file", str(self.key_path), "--period-ms", str(ctx.feedback_period_ms),
                     "--variant", self.client_variant,
                     "--mark-dev", ue.device, "--run-id", ctx.resources.run_id, "--run-dir", str(ctx.run_dir),
+                    "--ledger", str(ctx.resources.ledger.path),
                     "--log", str(ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv")]
             if ue.diag_port is not None:
                 argv += ["--diag-port", str(ue.diag_port)]

@@ -12,8 +12,9 @@ For every datagram from a CLAW client:
    its Cubic window);
 3. answer with an :class:`~clawbed.claw.feedback.Echo` of the flows to that UE from
    ``claw_flows``: the smoothed RTT of the most recently acknowledged flow, the sum of the
-   windows, and whether any was cwnd-limited during the report's window T. With no active
-   flow the echo carries srtt 0 and cwnd 0 ("unknown").
+   windows, and whether any was cwnd-limited by CLAW's window throughout the report's
+   window T (:func:`limited_by_claws_window`). With no active flow the echo carries srtt 0
+   and cwnd 0 ("unknown").
 
 The agent runs in the server's namespace (its socket must be there; the maps are reached
 through pins in the run's bpffs, which any namespace can open). It logs its counters every
@@ -207,11 +208,25 @@ class Agent:
             return 0, 0, False
         latest = max(active, key=lambda s: s.updated_ns)
         window_ns = window_ms * 1_000_000
-        limited = any(s.cwnd_limited_ns and now - s.cwnd_limited_ns <= window_ns for s in active)
+        limited = any(limited_by_claws_window(s, now, window_ns) for s in active)
         return latest.srtt_us, sum(s.cwnd_pkts for s in active), limited
 
     def report(self) -> dict[str, object]:
         return {**self.counters.as_dict(), "peers": self.last}
+
+
+def limited_by_claws_window(st: FlowStats, now_ns: int, window_ns: int) -> bool:
+    """The echo's cwnd-limited flag for one flow: cwnd-limited by CLAW's window on every
+    ACK of the last ``window_ns`` (the report's T), up to now.
+
+    Stricter than "cwnd-limited at some point in the window" because the client's
+    bottleneck detector reads the flag as "the server offered W_claw throughout the window
+    whose RBs I counted": a flow in its initial window, capped by a stale report or an RTO,
+    or held to a W_cubic below W_claw in wireline mode, is cwnd-limited too, yet uses fewer
+    RBs than N_f on any path (claw/DESIGN.md, Bottleneck detector).
+    """
+    since = st.claw_limited_since_ns
+    return since != 0 and now_ns - since >= window_ns and now_ns - st.updated_ns <= window_ns
 
 
 class _Protocol(asyncio.DatagramProtocol):

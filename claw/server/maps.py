@@ -140,8 +140,9 @@ class FlowStats:
     pacing_rate_Bps: int
     report_seen_ns: int
     report_seen_acks: int
+    claw_limited_since_ns: int
 
-    FORMAT = struct.Struct("=7Q16I4Q")
+    FORMAT = struct.Struct("=7Q16I5Q")
 
     def pack(self) -> bytes:
         return self.FORMAT.pack(*(getattr(self, f.name) for f in fields(self)))

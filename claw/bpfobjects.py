@@ -1,0 +1,245 @@
+"""Owned BPF objects shared by CLAW's server and client: a bpffs of the run's own, a pinned tc
+program attached to a device, and the BPF object files' build.
+
+Each class creates exactly one thing and its :meth:`close` removes exactly that, in the
+style of :mod:`clawbed.netns`; with a ledger, each thing is recorded before it is created,
+and :func:`cleanup_entry` (registered with :func:`clawbed.netns.register_cleanup` for the
+kinds ``bpffs``, ``bpf-pin`` and ``tc-filter``) removes what a killed run left:
+
+- :class:`BpffsMount` — a bpffs mounted on a directory of the run's own (mount source and
+  directory named ``cb<run id><role>``). Pins live there rather than under ``/sys/fs/bpf``,
+  because ``ip netns exec`` remounts ``/sys`` and would hide them from processes in
+  namespaces. The server's is ``cb<rid>bp`` (``bq`` for cqic), each UE's ACK marker's
+  ``cb<rid>m<ue>``.
+- :class:`TcProgram` — a pinned tc program attached as a direct-action ``bpf`` filter on a
+  device of a namespace, ingress or egress (a ``clsact`` qdisc is added only if the device
+  has none, and removed with the filter then).
+
+Users: :mod:`clawbed.claw.server.loader` (the congestion controls, the ACK-flag reader) and
+:mod:`clawbed.claw.client.marking` (the UE's ACK marker).
+
+Object files come from ``claw/bpf/build.sh`` alone (``$CLAWBED_BPF_DIR`` or
+``<repo>/target/bpf``): provisioning runs it, and nothing compiles at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import subprocess
+from pathlib import Path
+
+from clawbed.netns import Ledger, ResourceError, Resources, register_cleanup
+from clawbed.paths import REPO_ROOT
+
+BPF_FS_MAGIC = 0xCAFE4A11
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+
+
+def objects_dir() -> Path:
+    """Where ``claw/bpf/build.sh`` puts the objects: ``$CLAWBED_BPF_DIR`` or ``<repo>/target/bpf``."""
+    return Path(os.environ.get("CLAWBED_BPF_DIR", REPO_ROOT / "target" / "bpf"))
+
+
+def build_command(out_dir: Path | None = None) -> list[str]:
+    """The command that builds every CLAW BPF object into ``out_dir`` (the one build path)."""
+    return ["bash", str(REPO_ROOT / "claw" / "bpf" / "build.sh"), str(out_dir or objects_dir())]
+
+
+def object_path(name: str, obj_dir: Path | None = None) -> Path:
+    """The built object ``name`` (e.g. ``ack_mark_egress.bpf.o``); a clear error when it is
+    missing (``claw/bpf/build.sh`` has not run)."""
+    path = (obj_dir or objects_dir()) / name
+    if not path.is_file():
+        raise ResourceError(f"BPF object {path} is missing: build it with `{' '.join(build_command(obj_dir))}` "
+                            "(scripts/provision.sh does)")
+    return path
+
+
+def record(ledger: Ledger | None, kind: str, name: str, **extra: object) -> None:
+    """Record a thing about to be created in ``ledger`` (none: nothing to record)."""
+    if ledger is not None:
+        ledger.record(kind, name, **extra)
+
+
+def unlink_pin(path: Path) -> bool:
+    """Remove a pin; False when it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise ResourceError(f"removing BPF pin {path}: {e.strerror}") from e
+
+
+def _statfs_type(path: Path) -> int:
+    buf = ctypes.create_string_buffer(120)  # struct statfs; f_type is its first long
+    if _libc.statfs(os.fsencode(str(path)), buf) != 0:
+        err = ctypes.get_errno()
+        raise ResourceError(f"statfs {path}: {os.strerror(err)}")
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+class BpffsMount:
+    """A bpffs mounted at ``path`` (created if missing, removed again if we created it)."""
+
+    def __init__(self, path: Path, source: str, *, ledger: Ledger | None = None) -> None:
+        if not source.startswith("cb"):
+            raise ValueError(f"bpffs source name {source!r} must start with 'cb'")
+        self.path = Path(path).resolve()
+        self.source = source
+        if os.path.ismount(self.path):
+            raise ResourceError(f"mounting a bpffs ({source}) on {self.path}: something is already mounted there")
+        self._made_dir = not self.path.exists()
+        record(ledger, "bpffs", source, path=str(self.path))
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ResourceError(f"creating bpffs mount point {self.path}: {e.strerror}") from e
+        if _libc.mount(source.encode(), os.fsencode(str(self.path)), b"bpf", 0, b"mode=0700") != 0:
+            err = ctypes.get_errno()
+            self._remove_dir()
+            raise ResourceError(f"mounting a bpffs ({source}) on {self.path}: {os.strerror(err)}")
+        self._closed = False
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def _remove_dir(self) -> None:
+        if self._made_dir:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+    def close(self) -> None:
+        """Unmount (dropping any pin still in it) and remove the directory if we made it."""
+        if self._closed:
+            return
+        self._closed = True
+        unmount_bpffs(self.path)
+        self._remove_dir()
+
+
+def unmount_bpffs(path: Path) -> bool:
+    """Unmount the bpffs at ``path`` if one is mounted there; True when one was."""
+    try:
+        if not os.path.ismount(path) or _statfs_type(path) != BPF_FS_MAGIC:
+            return False
+    except ResourceError:
+        return False
+    if _libc.umount2(os.fsencode(str(path)), 0) != 0:
+        err = ctypes.get_errno()
+        raise ResourceError(f"unmounting the bpffs on {path}: {os.strerror(err)}")
+    return True
+
+
+def mount_bpffs(res: Resources, parent: Path, role: str = "bp") -> BpffsMount:
+    """A bpffs named ``cb<run id><role>``, mounted on ``parent/cb<run id><role>``, for the
+    life of ``res``."""
+    name = res.name(role)
+    mount = BpffsMount(Path(parent) / name, name, ledger=res.ledger)
+    res.callback(mount.close)
+    return mount
+
+
+def _tc(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True, timeout=30)
+
+
+class TcProgram:
+    """A pinned tc program as a direct-action filter on ``device`` in namespace ``netns``
+    (its name); ``close`` deletes the filter (and the ``clsact`` qdisc if it added it), and
+    is fine with a device or namespace that already went (the emulator removes its TUNs)."""
+
+    def __init__(self, netns: str, device: str, prog_pin: Path, *, direction: str, pref: int,
+                 ledger: Ledger | None = None) -> None:
+        if direction not in ("ingress", "egress"):
+            raise ValueError(f"tc direction must be ingress or egress, not {direction!r}")
+        self.netns, self.device, self.direction, self.pref = netns, device, direction, pref
+        shown = _tc(netns, "qdisc", "show", "dev", device)
+        if shown.returncode != 0:
+            raise ResourceError(f"in namespace {netns}: tc qdisc show dev {device}: {shown.stderr.strip()}")
+        self._added_qdisc = "clsact" not in shown.stdout
+        record(ledger, "tc-filter", device, netns=netns, direction=direction, pref=pref, qdisc=self._added_qdisc)
+        self._closed = False
+        try:
+            for args in ((["qdisc", "add", "dev", device, "clsact"] if self._added_qdisc else None),
+                         ["filter", "add", "dev", device, direction, "pref", str(pref),
+                          "bpf", "object-pinned", str(prog_pin), "direct-action"]):
+                if args is None:
+                    continue
+                done = _tc(netns, *args)
+                if done.returncode != 0:
+                    raise ResourceError(f"in namespace {netns}: tc {' '.join(args)}: {done.stderr.strip()}")
+        except ResourceError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        remove_tc_filter(self.netns, self.device, self.direction, self.pref, self._added_qdisc)
+
+
+def remove_tc_filter(netns: str, device: str, direction: str, pref: int, qdisc: bool) -> bool:
+    """Delete our filter (and the qdisc if we added it); False when the device is gone."""
+    probe = _tc(netns, "qdisc", "show", "dev", device)
+    if probe.returncode != 0 or "clsact" not in probe.stdout:
+        return False  # namespace, device or qdisc gone: the filter went with it
+    done = _tc(netns, "filter", "del", "dev", device, direction, "pref", str(pref))
+    if done.returncode != 0 and "Cannot find" not in done.stderr:
+        raise ResourceError(f"in namespace {netns}: deleting tc {direction} filter pref {pref} on "
+                            f"{device}: {done.stderr.strip()}")
+    if qdisc:
+        done = _tc(netns, "qdisc", "del", "dev", device, "clsact")
+        if done.returncode != 0 and "Cannot find" not in done.stderr:
+            raise ResourceError(f"in namespace {netns}: deleting the clsact qdisc of {device}: "
+                                f"{done.stderr.strip()}")
+    return True
+
+
+def device_l2_len(netns: str, device: str) -> int:
+    """Bytes before the IPv4 header on ``device`` of namespace ``netns``: 14 with an
+    Ethernet header (veth, loopback), 0 without (TUN); from the device's ARPHRD type."""
+    shown = subprocess.run(["ip", "netns", "exec", netns, "cat", f"/sys/class/net/{device}/type"],
+                           capture_output=True, text=True, timeout=30)
+    if shown.returncode != 0:
+        raise ResourceError(f"device {device} in namespace {netns}: {shown.stderr.strip() or 'not found'}")
+    arphrd = int(shown.stdout.strip())
+    if arphrd in (1, 772):  # ARPHRD_ETHER, ARPHRD_LOOPBACK
+        return 14
+    if arphrd == 65534:  # ARPHRD_NONE (TUN)
+        return 0
+    raise ResourceError(f"device {device} in {netns} has link type {arphrd}: CLAW's tc programs "
+                        "handle Ethernet and TUN (no link-layer header) devices")
+
+
+def cleanup_entry(entry: dict) -> str | None:
+    """Undo one ledger entry of this module left by a killed run; what was removed, or None.
+
+    For :func:`clawbed.netns.cleanup_from_ledger` (kinds ``bpffs``, ``bpf-pin``,
+    ``tc-filter``); entries are visited newest first, so pins go before their mount.
+    """
+    kind, name = entry.get("kind"), entry.get("name", "")
+    if kind == "tc-filter":
+        if remove_tc_filter(entry["netns"], name, entry["direction"], int(entry["pref"]), bool(entry.get("qdisc"))):
+            return f"tc {entry['direction']} filter on {name} in {entry['netns']}"
+        return None
+    if kind == "bpf-pin":
+        return f"BPF pin {name}" if unlink_pin(Path(name)) else None
+    if kind == "bpffs":
+        path = Path(entry["path"])
+        if unmount_bpffs(path):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return f"bpffs {name} on {path}"
+        return None
+    return None
+
+
+register_cleanup(("bpffs", "bpf-pin", "tc-filter"), cleanup_entry)

@@ -1,0 +1,105 @@
+"""``clawbed replay``: load a page N times per scheme over the emulated cell, interleaved, and
+report PLT per scheme (terminal table + ``report.html`` in the run directory)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from clawbed.errors import InputError
+from clawbed.paths import REPO_ROOT, runs_dir
+from clawbed.emulator.config import Scheduler
+
+from clawbed.replay.report import plt_stats, stats_table, write_report
+from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent
+
+DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kib|mib|gib|kb|mb|gb)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {None: 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6,
+               "gb": 10**9}
+
+
+def parse_size_bytes(text: str) -> int:
+    """``3MiB``, ``500kB``, ``65536`` → bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise InputError(f"--bs-buffer {text!r}: a size like 65536, 512KiB or 3MiB")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(match.group(1)) * _SIZE_UNITS[unit]
+
+
+@click.command("replay")
+@click.option("--trace", "trace", type=click.Path(path_type=Path), default=DEFAULT_TRACE, show_default=True,
+              help="PHY trace driving the cell (.cbt or .csv)")
+@click.option("--page", default="profile", show_default=True, help="named page (pages.NAMED_PAGES)")
+@click.option("--schemes", default="claw,cubic", show_default=True,
+              help="comma-separated schemes, loaded in turn: claw, cqic, cubic, bbr, reno")
+@click.option("--runs", type=int, default=5, show_default=True, help="loads per scheme")
+@click.option("--http", "http_version", type=click.Choice(HTTP_VERSIONS), default="2", show_default=True,
+              help="HTTP version nginx offers (TLS either way)")
+@click.option("--loader", type=click.Choice(LOADERS), default="browser", show_default=True,
+              help="headless Chromium, or an HTTP/2 client that fetches the page's objects")
+@click.option("--core-rtt-ms", type=float, help="core network RTT, ms (default: the trace's, or 50)")
+@click.option("--bs-buffer", "bs_buffer", help="base-station queue per UE, e.g. 3MiB (default: the emulator's)")
+@click.option("--wireline-rate", help="wireline bottleneck between core and server, e.g. 20mbit (default: none)")
+@click.option("--scheduler", type=click.Choice([s.value for s in Scheduler]),
+              default=Scheduler.PROPORTIONAL_FAIR.value, show_default=True, help="the cell's scheduler")
+@click.option("--seed", type=int, default=1, show_default=True, help="seed of the cell model and the page")
+@click.option("--name", help="run directory name under the runs folder (default: the start time)")
+@click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
+              help="folder of run directories (default: $CLAWBED_RUNS or <repo>/runs)")
+@click.option("--load-timeout-s", type=float, default=60.0, show_default=True,
+              help="a load taking longer fails")
+def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
+           core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None, scheduler: str,
+           seed: int, name: str | None, output_root: Path | None, load_timeout_s: float) -> None:
+    """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
+
+    Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
+    series under loads/), so Ctrl-C keeps every finished load and still writes the report.
+    """
+    config = ReplayConfig(
+        trace=trace, page=page, schemes=[s.strip() for s in schemes.split(",") if s.strip()], runs=runs,
+        http_version=http_version, loader=loader, core_rtt_ms=core_rtt_ms,
+        bs_buffer_bytes=parse_size_bytes(bs_buffer) if bs_buffer is not None else None,
+        wireline_rate=wireline_rate, scheduler=scheduler, seed=seed, name=name,
+        load_timeout_s=load_timeout_s, output_root=output_root or runs_dir())
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=False)
+    task = progress.add_task("setting up the cell and the web server", total=len(config.plan()))
+
+    def on_event(event: ReplayEvent) -> None:
+        if event.kind == "load-start":
+            progress.update(task, description=f"load {event.load + 1}/{event.total_loads}: {event.scheme}")
+        elif event.kind == "load-done" and event.record is not None:
+            r = event.record
+            outcome = (f"PLT {r['plt_ms']:,.0f} ms, {r['bytes_total']:,} bytes, {r['protocol']}" if r["ok"]
+                       else f"[red]failed: {r['error']}[/red]")
+            progress.console.print(f"  load {r['load']:>3} {r['scheme']:<6} {outcome}")
+            progress.advance(task)
+
+    run = Replay(config, on_event=on_event)
+    console.print(f"replay {run.name}: {config.page} on {config.trace.name}, schemes {', '.join(config.schemes)}, "
+                  f"{config.runs} load(s) each, {config.loader} loader, HTTP/{config.http_version}")
+    started = time.monotonic()
+    interrupted = False
+    try:
+        with progress:
+            run.run()
+    except KeyboardInterrupt:
+        interrupted = True
+    elapsed = time.monotonic() - started
+    out = run.run_dir.path
+    if run.records:
+        Console().print(stats_table(plt_stats(run.records), title=f"PLT per scheme — {run.name}"))
+        report = write_report(out)
+        console.print(f"{len(run.records)} load(s) in {elapsed:.0f} s; report: {report}")
+    if interrupted:
+        console.print(f"interrupted: {len(run.records)} finished load(s) kept in {out}; everything else removed")
+        raise click.exceptions.Abort()

@@ -1,0 +1,12 @@
+"""Page loaders that run as worker subprocesses inside the UE namespace.
+
+``python -m clawbed.replay.loaders.browser URL`` (headless Chromium through Playwright) and
+``python -m clawbed.replay.loaders.h2 URL`` (an httpx HTTP/2 client that fetches the page's
+dependency tree as a browser would) each print one :class:`LoadResult` JSON line;
+:func:`run_load` starts one in a namespace and parses it.
+"""
+
+from clawbed.replay.loaders.result import LoadResult, ObjectTiming
+from clawbed.replay.loaders.runner import LOADERS, run_load
+
+__all__ = ["LOADERS", "LoadResult", "ObjectTiming", "run_load"]

@@ -1,0 +1,128 @@
+"""Load a page in headless Chromium (Debian's, driven by Playwright) and print a LoadResult.
+
+Run inside the UE namespace: ``python -m clawbed.replay.loaders.browser URL [--timeout-s S]
+[--http1]``. Every load is a fresh browser with a fresh profile and the memory cache
+disabled through CDP, so every object is fetched in full. PLT comes from the Navigation
+Timing Level 2 entry (loadEventEnd − startTime), objects from Resource Timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from types import FrameType
+
+from clawbed.replay.loaders.result import LoadResult, ObjectTiming
+
+CHROMIUM = "/usr/bin/chromium"
+
+#: Chromium flags: no sandbox (root in a namespace), no GPU, accept the self-signed
+#: certificate, and no traffic of the browser's own (the machine's network is closed and
+#: background requests would disturb the measurement); no QUIC, as the server speaks TCP.
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--ignore-certificate-errors",
+    "--disable-background-networking", "--disable-component-update", "--no-first-run",
+    "--disable-sync", "--disable-quic",
+]
+
+#: Collects the measurement once the load event has ended. Sizes: encodedBodySize is the
+#: body as received (the server does not compress); transferSize is 0 only for a cache hit.
+_COLLECT_JS = """() => {
+  const nav = performance.getEntriesByType('navigation')[0];
+  const res = performance.getEntriesByType('resource');
+  const brokenImages = Array.from(document.images)
+      .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);
+  const one = e => ({url: e.name, start_ms: e.startTime, end_ms: e.responseEnd,
+                     bytes: e.encodedBodySize, transfer: e.transferSize,
+                     protocol: e.nextHopProtocol, status: e.responseStatus});
+  const failedFonts = Array.from(document.fonts).filter(f => f.status === 'error').map(f => f.family);
+  return {plt_ms: nav.loadEventEnd - nav.startTime, load_ended: nav.loadEventEnd > 0,
+          protocol: nav.nextHopProtocol, objects: [one(nav), ...res.map(one)],
+          broken_images: brokenImages, failed_fonts: failedFonts};
+}"""
+
+
+def load(url: str, timeout_s: float, http1: bool) -> LoadResult:
+    """One cold load of ``url``; failures become ``ok=False`` with the reason."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    flags = CHROMIUM_FLAGS + (["--disable-http2"] if http1 else [])
+    notes: list[str] = []
+    result = LoadResult(ok=False, loader="browser", url=url, notes=notes)
+    with tempfile.TemporaryDirectory(prefix="clawbed-chromium-") as profile, sync_playwright() as pw:
+        ctx = pw.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=flags, ignore_https_errors=True)
+        try:
+            page = ctx.pages[0] if ctx.pages else ctx.new_page()
+            cdp = ctx.new_cdp_session(page)
+            cdp.send("Network.enable")
+            cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+            # The default buffer holds 250 entries; larger pages would lose objects.
+            ctx.add_init_script("performance.setResourceTimingBufferSize(100000)")
+            page.on("console",
+                    lambda m: notes.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("requestfailed", lambda r: notes.append(f"request failed: {r.url}: {r.failure}"))
+            try:
+                response = page.goto(url, wait_until="load", timeout=timeout_s * 1000)
+                # loadEventEnd is set after the load handlers return, just after "load" fires.
+                page.wait_for_function("performance.getEntriesByType('navigation')[0].loadEventEnd > 0",
+                                       timeout=5000)
+            except PlaywrightError as e:
+                result.error = f"load of {url} failed: {str(e).splitlines()[0]}"
+                response = None
+            try:
+                data = page.evaluate(_COLLECT_JS)
+            except PlaywrightError as e:
+                data = None
+                result.error = result.error or f"reading timings failed: {str(e).splitlines()[0]}"
+        finally:
+            ctx.close()
+    if data is not None:
+        result.objects = [ObjectTiming(o["url"], round(o["start_ms"], 3), round(o["end_ms"], 3),
+                                       int(o["bytes"]), o["protocol"]) for o in data["objects"]]
+        result.bytes_total = sum(o.bytes for o in result.objects)
+        result.protocol = data["protocol"] or None
+        notes += [f"image not decoded: {u}" for u in data["broken_images"]]
+        notes += [f"font not decoded: {f}" for f in data["failed_fonts"]]
+        notes += [f"served from cache: {o['url']}" for o in data["objects"]
+                  if o["transfer"] == 0 and o["bytes"] > 0]
+        bad = [f"{o['url']} ({o['status']})" for o in data["objects"] if o["status"] >= 400]
+        if result.error is None and response is not None:
+            if bad:
+                result.error = f"HTTP errors: {', '.join(bad[:5])}"
+            elif data["load_ended"]:
+                result.plt_ms = round(data["plt_ms"], 3)
+                result.ok = True
+    result.error = None if result.ok else (result.error or "the load event did not end")
+    return result
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    # Unwind normally on SIGTERM so Playwright closes the browser it started.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clawbed.replay.loaders.browser", description=__doc__)
+    parser.add_argument("url")
+    parser.add_argument("--timeout-s", type=float, default=60.0, help="load timeout, seconds")
+    parser.add_argument("--http1", action="store_true", help="disable HTTP/2 in the browser")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    started = time.monotonic()
+    try:
+        result = load(args.url, args.timeout_s, args.http1)
+    except Exception as e:  # a worker always answers with one line, whatever broke
+        result = LoadResult(ok=False, loader="browser", url=args.url,
+                            error=f"browser loader failed after {time.monotonic() - started:.1f} s: "
+                                  f"{type(e).__name__}: {e}")
+    print(result.to_json(), flush=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

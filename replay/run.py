@@ -1,0 +1,433 @@
+"""One replay: the cell, the web server, and N loads of one page per scheme, interleaved.
+
+Order of a run (everything through one :class:`~clawbed.netns.Resources` stack, so Ctrl-C,
+SIGTERM or an error removes exactly what was made, and every finished load stays on disk):
+
+1. the run directory and its manifest (config, versions, trace SHA-256, host facts);
+2. the topology (UE and core namespaces), the UE's sysctls (receive window), the emulator
+   on the trace;
+3. the page, materialised into ``<run dir>/site``, served by nginx (TLS, h2 or HTTP/1.1) in
+   the server namespace; the TCP sampler's netlink socket in that namespace;
+4. for each round, for each scheme (A B C A B C …), one load:
+   the scheme's server side (sysctls, its CC as the namespace default; for claw/cqic the BPF
+   CC, the ACK-flag reader and the agent) and its client (claw/cqic) → the sampler → the
+   loader in the UE namespace → sampler stopped, scheme torn down → the emulator's ground
+   truth, the UE's diag feed and the client's estimates cut to the load's time span and
+   written beside the TCP samples in ``loads/NNN-<scheme>/`` → one line in the results.
+
+A load that fails (the loader's error, a scheme that cannot be set up, a timeout) is recorded
+with its error and the run goes on; the emulator dying ends the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from clawbed.claw.schemes import Scheme, SchemeContext, UeEndpoint, get_scheme
+from clawbed.claw.schemes.claw import Claw
+from clawbed.claw.server.loader import available_congestion_controls
+from clawbed.emulator.config import EmulatorConfig, Scheduler, parse_rate_bps
+from clawbed.emulator.process import BINARY, Emulator, EmulatorError
+from clawbed.emulator.topology import CellTopology, Shaping
+from clawbed.emulator.truth import TruthFormatError, read_truth
+from clawbed.errors import ClawbedError, InputError
+from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
+from clawbed.paths import runs_dir
+from clawbed.replay import loaders, pages, webserver
+from clawbed.replay.rundir import (RunDir, check_name, compress_in_place, default_name, host_facts, read_csv,
+                                   sha256_file, versions, write_csv, write_zstd_lines)
+from clawbed.replay.sampler import DEFAULT_PERIOD_S, SAMPLE_COLUMNS, TcpSampler
+from clawbed.traces.io import read_trace
+
+LOADERS = ("browser", "h2")
+HTTP_VERSIONS = ("2", "1.1")
+#: The UE's TCP receive buffer: min, default, max bytes. The maximum (8 MiB) is well above
+#: the largest W_claw of the bundled traces, so the receive window never limits a scheme
+#: (spec: "Client receive window").
+UE_TCP_RMEM_BYTES = (4096, 131072, 8 << 20)
+#: How long the CLAW client may take to connect to the diag feed and log its first rows, s.
+CLIENT_READY_TIMEOUT_S = 10.0
+#: How long a claw/cqic load waits for a CC of the same name, registered by another run on
+#: the machine, to go (CC names are machine-wide), s.
+CC_BUSY_WAIT_S = 120.0
+#: How long to wait for the emulator's files to cover a load's end (the truth is written in
+#: 1 s chunks, the diag file flushed every 100 ms), s.
+FILES_CATCH_UP_S = 2.0
+#: Ground-truth columns kept per load (UE 0's are prefixed ``ues[0].`` in the file).
+CELL_TRUTH_COLUMNS = ("n_rb", "total_alloc_rbs", "other_alloc_rbs", "other_demand_rbs")
+UE_TRUTH_COLUMNS = ("alloc_rbs", "demand_rbs", "mcs", "tbs_bits", "queue_bytes", "delivered_bytes",
+                    "overflow_drops", "rlc_loss_drops")
+TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
+
+
+@dataclass
+class ReplayConfig:
+    """Everything a replay is run from (written into the manifest as is)."""
+
+    trace: Path
+    page: str
+    schemes: list[str]
+    runs: int
+    http_version: str = "2"
+    loader: str = "browser"
+    #: Round-trip delay of the core network (split evenly into both directions), ms; None:
+    #: the trace's ``core_delay_ms`` column or the emulator's default.
+    core_rtt_ms: float | None = None
+    #: The base station's per-UE queue limit, bytes; None: the emulator's default (3 MiB).
+    bs_buffer_bytes: int | None = None
+    #: Rate of a wireline bottleneck between the core and the server (``20mbit``); None: none.
+    wireline_rate: str | None = None
+    scheduler: str = Scheduler.PROPORTIONAL_FAIR.value
+    seed: int = 1
+    name: str | None = None
+    #: Longest a load may take before it counts as failed, s.
+    load_timeout_s: float = 60.0
+    #: CLAW feedback period, ms.
+    feedback_period_ms: int = 100
+    sample_period_s: float = DEFAULT_PERIOD_S
+    output_root: Path = field(default_factory=runs_dir)
+
+    def check(self) -> None:
+        """Refuse a bad setting before anything is created; each error names its flag."""
+        if not self.trace.is_file():
+            raise InputError(f"--trace {self.trace}: no such file")
+        if not self.schemes:
+            raise InputError("--schemes: give at least one scheme")
+        for name in self.schemes:
+            try:
+                get_scheme(name)
+            except InputError as e:
+                raise InputError(f"--schemes: {e}") from None
+        if len(set(self.schemes)) != len(self.schemes):
+            raise InputError(f"--schemes {','.join(self.schemes)}: a scheme is listed twice")
+        if self.runs < 1:
+            raise InputError(f"--runs {self.runs}: must be at least 1")
+        if self.loader not in LOADERS:
+            raise InputError(f"--loader {self.loader!r}: one of {', '.join(LOADERS)}")
+        if self.http_version not in HTTP_VERSIONS:
+            raise InputError(f"--http {self.http_version!r}: one of {', '.join(HTTP_VERSIONS)}")
+        if self.core_rtt_ms is not None and not 0 <= self.core_rtt_ms <= 10_000:
+            raise InputError(f"--core-rtt-ms {self.core_rtt_ms}: must be 0..10000")
+        if self.bs_buffer_bytes is not None and not 1 <= self.bs_buffer_bytes <= 1 << 30:
+            raise InputError(f"--bs-buffer {self.bs_buffer_bytes}: must be 1 byte .. 1 GiB")
+        if self.wireline_rate is not None:
+            try:
+                parse_rate_bps(self.wireline_rate)
+            except ValueError as e:
+                raise InputError(f"--wireline-rate: {e}") from None
+        if self.scheduler not in {s.value for s in Scheduler}:
+            raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(s.value for s in Scheduler)}")
+        if self.load_timeout_s <= 0:
+            raise InputError(f"--load-timeout-s {self.load_timeout_s}: must be positive")
+        if self.name is not None:
+            check_name(self.name)
+
+    def plan(self) -> list[tuple[int, str]]:
+        """(round, scheme) of every load, schemes interleaved: A B C A B C …"""
+        return [(r, s) for r in range(self.runs) for s in self.schemes]
+
+
+def _emulator_fields(config: ReplayConfig) -> dict[str, Any]:
+    """The emulator's config keys for ``config`` (beyond the topology's)."""
+    fields: dict[str, Any] = {"seed": config.seed, "cell": {"scheduler": config.scheduler}}
+    if config.core_rtt_ms is not None:
+        half = config.core_rtt_ms / 2
+        fields["delays"] = {"core_down_ms": half, "core_up_ms": half, "ignore_trace_core_delay": True}
+    return fields
+
+
+class DiagTail:
+    """Reads the emulator's diag file of one UE as it grows, keeping the lines of a time span."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def take(self, t0_unix_s: float, t1_unix_s: float) -> list[bytes]:
+        """The messages stamped in [t0, t1]; waits (up to :data:`FILES_CATCH_UP_S`) for the
+        file to reach t1. Lines before t0 are skipped for good; later ones stay for the next call."""
+        kept: list[bytes] = []
+        deadline = time.monotonic() + FILES_CATCH_UP_S
+        while True:
+            last_t = self._read_into(kept, t0_unix_s, t1_unix_s)
+            if last_t >= t1_unix_s or time.monotonic() > deadline:
+                return kept
+            time.sleep(0.1)
+
+    def _read_into(self, kept: list[bytes], t0: float, t1: float) -> float:
+        """Append the new complete lines within [t0, t1] to ``kept``; the last timestamp read."""
+        last_t = -math.inf
+        try:
+            f = self.path.open("rb")
+        except OSError:
+            return last_t
+        with f:
+            f.seek(self._offset)
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break  # being written: read it whole next time
+                t = float(json.loads(line)["timestamp"])
+                if t > t1:
+                    return t  # leave it (and what follows) for the next load
+                self._offset += len(line)
+                last_t = t
+                if t >= t0:
+                    kept.append(line)
+        return last_t
+
+
+def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float) -> list[list[Any]]:
+    """Ground-truth rows (UE 0) within [t0, t1] Unix s, waiting for the chunk that covers t1."""
+    deadline = time.monotonic() + FILES_CATCH_UP_S
+    while True:
+        try:
+            truth = read_truth(truth_path)
+        except (TruthFormatError, OSError):
+            truth = None
+        covered = truth is not None and len(truth["t_ms"]) and origin_unix_s + truth["t_ms"][-1] / 1000 >= t1
+        if covered or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if truth is None or not len(truth["t_ms"]):
+        return []
+    t_unix = origin_unix_s + truth["t_ms"].astype(np.float64) / 1000.0
+    keep = (t_unix >= t0) & (t_unix <= t1)
+    # Microseconds, as the TCP samples: rounding to the ms could move a row outside [t0, t1].
+    columns = [np.round(t_unix[keep], 6)]
+    columns += [truth[name][keep] for name in CELL_TRUTH_COLUMNS]
+    columns += [truth.ue(0, name)[keep] for name in UE_TRUTH_COLUMNS]
+    return [list(row) for row in zip(*(c.tolist() for c in columns))]
+
+
+def _slice_estimates(log_path: Path, out: Path, t0: float, t1: float) -> int:
+    """Copy the client's estimate rows stamped within [t0, t1] into ``out``; return how many."""
+    columns = read_csv(log_path)
+    if not columns:
+        return 0
+    names = list(columns)
+    unix = [float(v) if v else math.nan for v in columns["unix_s"]]
+    rows = [[columns[n][i] for n in names] for i, t in enumerate(unix) if t0 <= t <= t1]
+    return write_csv(out, names, rows)
+
+
+def _wait_client_ready(proc: OwnedProcess, log_path: Path, header_bytes: int = 200) -> None:
+    """Until the CLAW client has logged rows (it reads the diag feed), or fail with its log."""
+    deadline = time.monotonic() + CLIENT_READY_TIMEOUT_S
+    while not (log_path.exists() and log_path.stat().st_size > header_bytes):
+        if not proc.alive():
+            raise ResourceError(f"the CLAW client exited with status {proc.popen.returncode} before it read the "
+                                f"diag feed (log: {log_path.with_suffix('.log')})")
+        if time.monotonic() > deadline:
+            raise ResourceError(f"the CLAW client logged nothing within {CLIENT_READY_TIMEOUT_S} s "
+                                f"(log: {log_path.with_suffix('.log')})")
+        time.sleep(0.02)
+
+
+def _setup_scheme(scheme: Scheme, ctx: SchemeContext) -> None:
+    """``scheme.setup(ctx)``; for claw/cqic, while another run on the machine holds a CC of
+    the same name (names are machine-wide), wait for it to go and try again, for at most
+    :data:`CC_BUSY_WAIT_S` (then the set-up's own error, naming the cause, is raised)."""
+    deadline = time.monotonic() + CC_BUSY_WAIT_S
+    while True:
+        if isinstance(scheme, Claw):
+            while scheme.server_cc in available_congestion_controls() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        try:
+            scheme.setup(ctx)  # undoes its own partial work when it fails
+            return
+        except ResourceError as e:
+            # Lost the race: registered between the check and ours ("already registered", EEXIST).
+            taken = isinstance(scheme, Claw) and ("already registered" in str(e) or "File exists" in str(e))
+            if not taken or time.monotonic() >= deadline:
+                raise
+
+
+@dataclass
+class ReplayEvent:
+    """What :func:`run_replay` reports to its caller as it goes (for a progress display)."""
+
+    kind: str  # "ready" (cell and web server up), "load-start", "load-done"
+    total_loads: int
+    record: dict[str, Any] | None = None
+    load: int | None = None
+    scheme: str | None = None
+
+
+class Replay:
+    """A replay of ``config`` into a new run directory (``config.output_root/<name>``)."""
+
+    def __init__(self, config: ReplayConfig, on_event: Callable[[ReplayEvent], None] | None = None) -> None:
+        config.check()
+        self.config = config
+        self.on_event = on_event or (lambda event: None)
+        # Bad page names fail here, before anything is created.
+        self.page = pages.get_page(config.page, config.seed)
+        self.trace = read_trace(config.trace)
+        self.name = config.name or default_name()
+        self.run_id = new_run_id()
+        self.run_dir = RunDir(config.output_root / self.name)
+        self.records: list[dict[str, Any]] = []
+
+    def run(self) -> list[dict[str, Any]]:
+        """Run every load; return their records (also in ``results.jsonl``). On Ctrl-C or
+        SIGTERM, everything is torn down, the manifest says ``interrupted`` and
+        :class:`KeyboardInterrupt` propagates."""
+        cfg = self.config
+        started = time.time()
+        self.run_dir.write_manifest(
+            status="running", name=self.name, run_id=self.run_id, started_unix_s=started,
+            config={**asdict(cfg), "trace": str(cfg.trace.resolve()), "output_root": str(cfg.output_root)},
+            trace={"path": str(cfg.trace.resolve()), "sha256": sha256_file(cfg.trace), **self.trace.metadata},
+            seed=cfg.seed, versions=versions(BINARY),
+            host=host_facts(), plan=[{"load": i, "round": r, "scheme": s} for i, (r, s) in enumerate(cfg.plan())])
+        status = "failed"
+        try:
+            with Resources(self.run_id, self.run_dir.ledger_path) as res:
+                self._run_in(res)
+            status = "complete"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            ok = sum(1 for r in self.records if r["ok"])
+            self.run_dir.write_manifest(status=status, finished_unix_s=time.time(),
+                                        duration_s=round(time.time() - started, 3),
+                                        loads_done=len(self.records), loads_ok=ok)
+        return self.records
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _run_in(self, res: Resources) -> None:
+        cfg = self.config
+        topo = CellTopology(res, n_ues=1)
+        ue = topo.ues[0]
+        server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
+        if cfg.wireline_rate is not None:
+            # The server moves behind the core, on a veth whose server end a TBF shapes.
+            server = topo.add_server(Shaping(cfg.wireline_rate))
+            server_ns, server_device, server_address = server.ns, server.device, server.address
+        ue.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in UE_TCP_RMEM_BYTES))
+        ue_settings: dict[str, Any] = {"trace": cfg.trace}
+        if cfg.bs_buffer_bytes is not None:
+            ue_settings["cell"] = {"queue_limit_bytes": cfg.bs_buffer_bytes}
+        emu_config = EmulatorConfig.for_topology(topo, output_dir=self.run_dir.emulator_dir, ue=ue_settings,
+                                                 **_emulator_fields(cfg))
+        emu = Emulator(res, emu_config).start()
+        origin_unix_s = int(emu.ready["origin_unix_ns"]) / 1e9
+
+        site = self.run_dir.path / "site"
+        self.page.materialize(site)
+        web = webserver.WebServer(res, server_ns, site, str(server_address), cfg.http_version)
+        url = web.url(self.page.root.path)
+        sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s).open()
+        res.callback(sampler.close)
+        diag = DiagTail(emu.diag_path(0))
+        endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
+        client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
+        self.run_dir.write_manifest(url=url, emulator={"ready": emu.ready, "config": emu_config.to_json()})
+        plan = cfg.plan()
+        self.on_event(ReplayEvent("ready", len(plan)))
+
+        for index, (round_, scheme_name) in enumerate(plan):
+            emu.check_alive()
+            self.on_event(ReplayEvent("load-start", len(plan), load=index, scheme=scheme_name))
+            load_dir = self.run_dir.load_dir(index, scheme_name)
+            ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
+                                server_address=str(server_address), server_device=server_device, ues=[endpoint],
+                                feedback_period_ms=cfg.feedback_period_ms, client_args=client_args)
+            record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler)
+            self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s)
+            self.run_dir.append_result(record)
+            self.records.append(record)
+            self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))
+        counters = emu.stop()
+        self.run_dir.write_manifest(emulator_counters=counters)
+        # Each load kept its own slice; the whole-run feed is kept too, compressed.
+        compress_in_place(emu.diag_path(0))
+
+    # -- one load ------------------------------------------------------------------------------
+
+    def _one_load(self, index: int, round_: int, scheme_name: str, ctx: SchemeContext, url: str,
+                  ue: Any, sampler: TcpSampler) -> dict[str, Any]:
+        """Set the scheme up, load the page once while sampling, tear the scheme down; the
+        load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator)."""
+        cfg = self.config
+        load_dir = ctx.run_dir
+        record: dict[str, Any] = {
+            "load": index, "round": round_, "scheme": scheme_name, "ok": False, "error": None, "plt_ms": None,
+            "bytes_total": None, "page_bytes": self.page.total_bytes, "protocol": None, "n_objects": None,
+            "t_start_unix_s": None, "t_end_unix_s": None, "flows": 0, "retransmits": None,
+            "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": []}
+        scheme = get_scheme(scheme_name)()
+        try:
+            _setup_scheme(scheme, ctx)
+            bpffs = None
+            if isinstance(scheme, Claw):
+                procs = scheme.start_clients(ctx)
+                _wait_client_ready(procs[0], load_dir / f"{scheme_name}-client-ue0.csv")
+                bpffs = scheme.bpffs.path
+            sampler.reset(claw_bpffs=bpffs)
+            sampler.start()
+            record["t_start_unix_s"] = time.time()
+            result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
+                                      http1=cfg.http_version == "1.1", log_dir=load_dir)
+            record["t_end_unix_s"] = time.time()
+            record.update(ok=bool(result.ok), error=result.error, plt_ms=result.plt_ms,
+                          bytes_total=result.bytes_total, protocol=result.protocol,
+                          n_objects=len(result.objects), objects=[_plain(o) for o in result.objects])
+        except (ClawbedError, OSError) as e:
+            if isinstance(e, EmulatorError):
+                raise
+            record["t_end_unix_s"] = record["t_end_unix_s"] or time.time()
+            record["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            sampler.stop()
+            try:
+                scheme.teardown()
+            except ClawbedError as e:
+                record["ok"] = False
+                record["error"] = (record["error"] + "; " if record["error"] else "") + f"teardown: {e}"
+        if record["ok"] and record["bytes_total"] is not None and record["bytes_total"] < self.page.total_bytes:
+            record["ok"] = False
+            record["error"] = f"incomplete: {record['bytes_total']} of {self.page.total_bytes} bytes"
+        return record
+
+    def _keep_series(self, record: dict[str, Any], load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
+                     truth_path: Path, origin_unix_s: float) -> None:
+        """Write the load's TCP samples, ground truth, diag feed and CLAW estimates; fill in
+        the record's flow and retransmission counts."""
+        write_csv(load_dir / "tcp.csv", SAMPLE_COLUMNS, rows)
+        flows: dict[str, int] = {}
+        for row in rows:
+            flows[row["flow"]] = row["retrans_total"]  # the flow's last sample holds its total
+        record["flows"] = len(flows)
+        # The loader's worker takes a while to start: the first sample of a flow is when the
+        # page's connection opened, the origin of the report's time axes.
+        record["t_first_flow_unix_s"] = rows[0]["t_unix_s"] if rows else None
+        record["retransmits"] = sum(flows.values()) if flows else None
+        if record["objects"]:
+            with (load_dir / "objects.json").open("w") as f:
+                json.dump(record["objects"], f, indent=1)
+        t0, t1 = record["t_start_unix_s"], record["t_end_unix_s"]
+        if t0 is None or t1 is None:
+            return
+        write_csv(load_dir / "truth.csv", TRUTH_CSV_COLUMNS, _truth_rows(truth_path, origin_unix_s, t0, t1))
+        write_zstd_lines(load_dir / "diag.jsonl.zst", diag.take(t0, t1))
+        client_log = load_dir / f"{record['scheme']}-client-ue0.csv"
+        if client_log.exists():
+            _slice_estimates(client_log, load_dir / "estimates.csv", t0, t1)
+
+
+def _plain(obj: Any) -> Any:
+    """A loader's object timing as plain JSON data (a dataclass, a mapping or a value)."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    return obj
+

@@ -1,0 +1,146 @@
+"""End to end: ``clawbed replay`` over a real emulated cell, nginx, the CLAW agents and the
+loaders; nothing may be left behind (namespaces, links, processes, BPF struct_ops)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clawbed.paths import REPO_ROOT
+from clawbed.replay.rundir import read_csv, read_results, read_zstd_lines
+from clawbed.replay.pages import get_page
+
+pytestmark = pytest.mark.root
+
+TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
+#: The smallest page of the set: 100 KiB, 8 objects.
+PAGE = "set-01"
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, BPF)")
+
+
+def _struct_ops_ids() -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "struct_ops", "list"], capture_output=True, text=True).stdout
+    return {int(m["id"]) for m in json.loads(out or "[]")}
+
+
+def _assert_nothing_left(run_dir: Path, struct_ops_before: set[int]) -> None:
+    """Every namespace, link and process of the run's ledger is gone, and no struct_ops of its."""
+    ledger = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
+    namespaces = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    for entry in ledger:
+        if entry["kind"] == "netns":
+            assert entry["name"] not in namespaces, f"namespace {entry['name']} left behind"
+        elif entry["kind"] == "link":
+            assert f" {entry['name']}@" not in links and f" {entry['name']}:" not in links
+        elif entry["kind"] == "process":
+            assert not Path(f"/proc/{entry['pid']}").exists() or \
+                Path(f"/proc/{entry['pid']}/stat").read_text().split()[2] == "Z", f"process {entry} still runs"
+        elif entry["kind"] == "struct_ops":
+            assert int(entry["map_id"]) not in _struct_ops_ids(), f"struct_ops {entry} still registered"
+    assert not (_struct_ops_ids() - struct_ops_before) & {int(e["map_id"]) for e in ledger
+                                                           if e["kind"] == "struct_ops"}
+    mounts = Path("/proc/mounts").read_text()
+    assert str(run_dir) not in mounts, "a bpffs of the run is still mounted"
+
+
+def _replay(clawbed_cli: Path, tmp_path: Path, name: str, *args: str,
+            timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(clawbed_cli), "replay", "--trace", str(TRACE), "--page", PAGE,
+                           "--runs-dir", str(tmp_path), "--name", name, *args],
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+@pytest.mark.parametrize("loader,schemes,runs", [("h2", "claw,cubic", 2), ("browser", "claw,cubic", 1)])
+def test_replay_measures_every_load_and_leaves_nothing(clawbed_cli: Path, tmp_path: Path, loader: str,
+                                                       schemes: str, runs: int) -> None:
+    _needs_root()
+    before = _struct_ops_ids()
+    proc = _replay(clawbed_cli, tmp_path, f"e2e-{loader}", "--schemes", schemes, "--runs", str(runs),
+                   "--loader", loader)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    run_dir = tmp_path / f"e2e-{loader}"
+    _assert_nothing_left(run_dir, before)
+
+    page_bytes = get_page(PAGE, 1).total_bytes
+    records = read_results(run_dir)
+    order = [r["scheme"] for r in records]
+    assert order == schemes.split(",") * runs  # interleaved: A B A B
+    for r in records:
+        assert r["ok"], r["error"]
+        assert r["plt_ms"] > 0 and r["protocol"] == "h2" and r["bytes_total"] == page_bytes == r["page_bytes"]
+        load_dir = run_dir / r["load_dir"]
+        tcp = read_csv(load_dir / "tcp.csv")
+        assert tcp["flow"] and {int(float(c)) for c in tcp["cwnd_pkts"]} and r["flows"] >= 1
+        assert set(tcp["cc"]) == {r["scheme"]}, "the server's flows ran the scheme's CC"
+        truth = read_csv(load_dir / "truth.csv")
+        assert len(truth["t_unix_s"]) > 100
+        assert r["t_start_unix_s"] <= float(truth["t_unix_s"][0]) <= float(truth["t_unix_s"][-1]) <= r["t_end_unix_s"]
+        assert sum(float(b) for b in truth["delivered_bytes"]) >= page_bytes
+        diag = read_zstd_lines(load_dir / "diag.jsonl.zst")
+        assert diag and all(r["t_start_unix_s"] <= json.loads(m)["timestamp"] <= r["t_end_unix_s"] for m in diag)
+        if r["scheme"] == "claw":
+            tcp_w_claw = [w for w in tcp["w_claw_bytes"] if w]
+            assert tcp_w_claw, "W_claw sampled from the CC's map"
+            estimates = read_csv(load_dir / "estimates.csv")
+            assert estimates["load"] and all(r["t_start_unix_s"] <= float(t) <= r["t_end_unix_s"]
+                                             for t in estimates["unix_s"])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["loads_ok"] == len(records)
+    assert len(manifest["trace"]["sha256"]) == 64 and manifest["versions"]["kernel"]
+    assert all(manifest["versions"][k] for k in ("clawbed", "nginx", "chromium", "rustc", "clawbed_emu"))
+    assert (run_dir / "report.html").is_file() and (run_dir / "plotly.min.js").is_file()
+    assert "PLT per scheme" in proc.stdout and "report:" in proc.stderr
+
+
+def test_ctrl_c_mid_run_keeps_finished_loads_and_leaves_nothing(clawbed_cli: Path, tmp_path: Path) -> None:
+    _needs_root()
+    before = _struct_ops_ids()
+    run_dir = tmp_path / "interrupted"
+    proc = subprocess.Popen([str(clawbed_cli), "replay", "--trace", str(TRACE), "--page", PAGE, "--schemes",
+                             "claw,cubic", "--runs", "20", "--loader", "h2", "--runs-dir", str(tmp_path),
+                             "--name", "interrupted"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = run_dir / "results.jsonl"
+    deadline = time.monotonic() + 300
+    # Interrupt during the third load (two finished, one in flight).
+    while not (results.exists() and len(results.read_text().splitlines()) >= 2):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no two loads finished within 300 s"
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "finished load(s) kept" in err
+    _assert_nothing_left(run_dir, before)
+    records = read_results(run_dir)
+    assert 2 <= len(records) < 40 and all(r["ok"] for r in records[:2])
+    assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
+    assert (run_dir / "report.html").is_file()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--schemes", "claw,vegas"], "unknown scheme 'vegas'"),
+    (["--runs", "0"], "--runs 0: must be at least 1"),
+    (["--trace", "/nonexistent/trace.cbt"], "--trace /nonexistent/trace.cbt: no such file"),
+    (["--page", "no-such-page"], "unknown page 'no-such-page'"),
+    (["--loader", "curl"], "'--loader'"),
+    (["--bs-buffer", "lots"], "--bs-buffer 'lots'"),
+    (["--wireline-rate", "20mbps"], "--wireline-rate"),
+])
+def test_bad_arguments_are_refused_before_anything_is_made(clawbed_cli: Path, tmp_path: Path, args: list[str],
+                                                            message: str) -> None:
+    proc = subprocess.run([str(clawbed_cli), "replay", "--page", PAGE, "--runs-dir", str(tmp_path), *args],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not any(tmp_path.iterdir()), "nothing is created for a refused run"

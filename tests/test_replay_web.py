@@ -1,0 +1,101 @@
+"""nginx in a namespace serving a materialized page to both loaders over a plain veth (root)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from clawbed.netns import Endpoint, ResourceError, Resources, new_run_id
+from clawbed.replay.loaders import LoadResult, run_load
+from clawbed.replay.pages import Page, get_page
+from clawbed.replay.webserver import WebServer
+
+pytestmark = pytest.mark.root
+
+UE_ADDR, SERVER_ADDR = "10.203.0.1", "10.203.0.2"
+
+
+def ns_pids(name: str) -> list[str]:
+    """PIDs of processes inside namespace ``name`` (asked from outside it)."""
+    return subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+
+
+def assert_complete(result: LoadResult, page: Page, protocol: str) -> None:
+    """Every object of the page fetched once, in full, over ``protocol``, without errors."""
+    assert result.ok, result.error
+    assert result.protocol == protocol
+    assert not result.notes, result.notes
+    fetched = {urlsplit(o.url).path: o for o in result.objects}
+    assert len(fetched) == len(result.objects)
+    assert {p: o.bytes for p, o in fetched.items()} == {o.path: o.size_bytes for o in page.objects}
+    assert result.bytes_total == page.total_bytes
+    assert {o.protocol for o in result.objects} == {protocol}
+    assert 0 < result.plt_ms and all(o.end_ms <= result.plt_ms + 1 for o in result.objects)
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    """A UE and a server namespace joined by a veth; yields (res, ue, server namespace)."""
+    with Resources(new_run_id(), tmp_path / "run" / "ledger.jsonl") as res:
+        ue, srv = res.namespace("ue"), res.namespace("sv")
+        res.veth(Endpoint(ue, res.name("vu"), UE_ADDR), Endpoint(srv, res.name("vs"), SERVER_ADDR))
+        yield res, ue, srv
+        names = (ue.name, srv.name)
+    assert not [n for n in names if Path(f"/var/run/netns/{n}").exists()]
+
+
+def test_h2_page_loads_completely_with_both_loaders(pair, tmp_path: Path) -> None:
+    res, ue, srv = pair
+    page = get_page("set-03")
+    page.materialize(tmp_path / "site")
+    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR)
+    url = web.url(page.root.path)
+    for loader in ("browser", "h2"):
+        for _ in range(2):  # the second load must fetch everything again
+            assert_complete(run_load(res, ue, url, loader=loader, timeout_s=60), page, "h2")
+    served = web.requests()
+    assert len(served) == 4 * len(page.objects)
+    assert {r.protocol for r in served} == {"HTTP/2.0"}
+    assert sum(r.body_bytes for r in served) == 4 * page.total_bytes
+    assert ns_pids(ue.name) == []  # every loader worker (and its browser) is gone
+    nginx_pid = web.proc.pid
+    web.close()
+    assert ns_pids(srv.name) == [] and not Path(f"/proc/{nginx_pid}").exists()
+
+
+def test_http1_mode_negotiates_http11(pair, tmp_path: Path) -> None:
+    res, ue, srv = pair
+    page = get_page("set-01")
+    page.materialize(tmp_path / "site")
+    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR, http_version="1.1")
+    for loader in ("browser", "h2"):
+        assert_complete(run_load(res, ue, web.url(page.root.path), loader=loader, timeout_s=60), page, "http/1.1")
+    assert {r.protocol for r in web.requests()} == {"HTTP/1.1"}
+
+
+def test_wrong_url_and_dead_server_give_clear_errors(pair, tmp_path: Path) -> None:
+    res, ue, srv = pair
+    page = get_page("image-2mb")
+    page.materialize(tmp_path / "site")
+    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR)
+    for loader in ("browser", "h2"):
+        missing = run_load(res, ue, web.url("/nothing.html"), loader=loader, timeout_s=30)
+        assert not missing.ok and "404" in missing.error, missing.error
+    web.close()
+    for loader in ("browser", "h2"):
+        dead = run_load(res, ue, web.url(page.root.path), loader=loader, timeout_s=30)
+        assert not dead.ok and dead.plt_ms is None
+        assert "CONNECTION_REFUSED" in dead.error or "ConnectError" in dead.error, dead.error
+    assert ns_pids(ue.name) == []
+
+
+def test_nginx_config_test_failure_is_shown(pair, tmp_path: Path) -> None:
+    res, ue, srv = pair
+    (tmp_path / "site").mkdir()
+    # An address the server namespace does not have: nginx -t cannot bind it.
+    with pytest.raises(ResourceError, match=r"nginx -t .* failed: .*10\.203\.0\.9"):
+        WebServer(res, srv, tmp_path / "site", "10.203.0.9")
+    assert ns_pids(srv.name) == []
