@@ -39,6 +39,9 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
+from pathlib import Path
+
+from clawbed.errors import InputError
 
 VERSION = 1
 KIND_FEEDBACK = 1
@@ -54,6 +57,9 @@ ECHO_BYTES = _ECHO_BODY.size + MAC_BYTES
 MAX_W_CLAW_BYTES = 1 << 30
 MAX_WINDOW_MS = 10_000
 LOAD_PPM_SCALE = 1_000_000
+
+#: Shortest key accepted (HMAC-SHA256 keys shorter than this are guessable).
+MIN_KEY_BYTES = 16
 
 FLAG_SATURATED = 0x01
 FLAG_WIRELINE = 0x02
@@ -175,3 +181,16 @@ class ReplayGuard:
         if last is not None and fb.seq <= last:
             raise FeedbackRejected(Rejection.REPLAYED, f"UE {fb.ue_id} seq {fb.seq} ≤ last accepted {last}")
         self._last_seq[fb.ue_id] = fb.seq
+
+
+def read_key(path: Path | str) -> bytes:
+    """The key the client and the server agent share: the file's exact bytes, at least
+    :data:`MIN_KEY_BYTES` (make one with ``head -c 32 /dev/urandom > key``)."""
+    path = Path(path)
+    try:
+        key = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"reading the key file {path}: {e.strerror}") from e
+    if len(key) < MIN_KEY_BYTES:
+        raise InputError(f"key file {path} holds {len(key)} bytes; the key must be at least {MIN_KEY_BYTES}")
+    return key

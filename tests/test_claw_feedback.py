@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,9 @@ from clawbed.claw.feedback import (
     ReplayGuard,
     decode_echo,
     decode_feedback,
+    read_key,
 )
+from clawbed.errors import InputError
 
 KEY = b"k" * 32
 GOOD = Feedback(ue_id=3, seq=7, diag_time_ms=123_456, w_claw_bytes=250_000, load=0.7,
@@ -76,3 +79,13 @@ def test_replayed_sequence_is_refused_per_ue() -> None:
         assert caught.value.reason is Rejection.REPLAYED
     guard.check(dataclasses.replace(GOOD, seq=GOOD.seq + 1))
     guard.check(dataclasses.replace(GOOD, ue_id=4, seq=1))  # another UE has its own sequence
+
+
+def test_read_key(tmp_path: Path) -> None:
+    (tmp_path / "k").write_bytes(KEY)
+    assert read_key(tmp_path / "k") == KEY
+    (tmp_path / "short").write_bytes(b"x" * 15)
+    with pytest.raises(InputError, match="at least 16"):
+        read_key(tmp_path / "short")
+    with pytest.raises(InputError, match="reading the key file"):
+        read_key(tmp_path / "missing")

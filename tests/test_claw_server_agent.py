@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from clawbed.claw.feedback import Feedback, decode_echo
-from clawbed.claw.server.agent import (ACTIVE_FLOW_NS, Agent, AgentError, limited_by_claws_window, mode_of,
-                                       parse_endpoint, read_key)
+from clawbed.claw.server.agent import (ACTIVE_FLOW_NS, Agent, limited_by_claws_window, mode_of,
+                                       parse_endpoint)
 from clawbed.claw.server.maps import FlowFlag, FlowKey, FlowStats, Mode, Peer, addr_key
 from clawbed.errors import ClawbedError
 
@@ -185,16 +185,6 @@ def test_new_flow_is_found_soon_when_none_is_active(parts) -> None:
     clock.t += 150_000_000
     flows.data[FlowKey(UE, "10.64.0.1", 40001, 443).pack()] = stats(clock.t, cwnd=33)
     assert decode_echo(agent.handle(report(2), SRC), KEY).cwnd_packets == 33
-
-
-def test_read_key(tmp_path: Path) -> None:
-    (tmp_path / "k").write_bytes(KEY)
-    assert read_key(tmp_path / "k") == KEY
-    (tmp_path / "short").write_bytes(b"x" * 15)
-    with pytest.raises(AgentError, match="at least 16"):
-        read_key(tmp_path / "short")
-    with pytest.raises(AgentError, match="reading the key file"):
-        read_key(tmp_path / "missing")
 
 
 def test_parse_endpoint() -> None:

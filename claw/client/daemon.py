@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol, Sequence
 
-from clawbed.claw.feedback import ECHO_BYTES, FeedbackRejected, decode_echo
-from clawbed.errors import ClawbedError
+from clawbed.claw.feedback import ECHO_BYTES, FeedbackRejected, decode_echo, read_key
+from clawbed.errors import ClawbedError, InputError
 from clawbed.lte import VALID_N_RB
 
 from clawbed.claw.client.analyzer import DEFAULT_IDLE_TIMEOUT_MS, Variant
@@ -44,7 +44,6 @@ from clawbed.claw.client.feed import FeedFormatError, LossKind
 #: Default diag feed port (the emulator's default, ``clawbed.emulator.config.DEFAULT_DIAG_PORT``).
 DEFAULT_DIAG_PORT = 5775
 #: Shortest key accepted, bytes (HMAC-SHA256 keys should be at least 16 bytes).
-MIN_KEY_BYTES = 16
 #: A loss event older than this when it is read is stamped "now" rather than in the past, s.
 MAX_EVENT_LAG_S = 1.0
 #: After the feed closed, how long a new connection is tried before the client ends, s.
@@ -63,19 +62,6 @@ class LossMarker(Protocol):
     def note_event(self, kind: LossKind, at_monotonic_ns: int) -> None: ...
 
     def set_window_ms(self, window_ms: int) -> None: ...
-
-
-def read_key(path: Path | str) -> bytes:
-    """The feedback key shared with the server agent: the file's bytes, exactly (make one
-    with ``head -c 32 /dev/urandom > key``); at least 16 bytes."""
-    path = Path(path)
-    try:
-        key = path.read_bytes()
-    except OSError as e:
-        raise ClientError(f"reading the key file {path}: {e.strerror}") from e
-    if len(key) < MIN_KEY_BYTES:
-        raise ClientError(f"key file {path} holds {len(key)} bytes; the key must be at least {MIN_KEY_BYTES}")
-    return key
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -404,7 +390,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--netns {args.netns}: no such network namespace")
     try:
         key = read_key(args.key_file)
-    except ClientError as e:
+    except InputError as e:
         parser.error(f"--key-file: {e}")
     first_seq = time.time_ns() // 1_000_000 & 0xFFFFFFFF
     client = ClientConfig(ue_id=args.ue_id, n_antennas=args.n_antennas, n_rb=args.n_rb, variant=Variant(args.variant),

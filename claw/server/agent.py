@@ -42,14 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol, Sequence
 
-from clawbed.claw.feedback import Echo, Feedback, FeedbackRejected, ReplayGuard, decode_feedback
-from clawbed.errors import ClawbedError
+from clawbed.claw.feedback import Echo, Feedback, FeedbackRejected, ReplayGuard, decode_feedback, read_key
+from clawbed.errors import ClawbedError, InputError
 from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, FlowFlag, FlowStats, Mode, Peer, addr_key
 
 log = logging.getLogger("clawbed.claw.server.agent")
 
 #: Shortest key accepted, bytes (as the client: HMAC-SHA256 keys of at least 16 bytes).
-MIN_KEY_BYTES = 16
 #: A report counts as absent once older than this many feedback periods (spec: 3).
 STALE_PERIODS = 3
 #: A flow is active for the echo when its last ACK is at most this old, ns.
@@ -76,18 +75,6 @@ class ReadableMap(Protocol):
     def lookup(self, key: bytes) -> bytes | None: ...
 
     def keys(self) -> Iterable[bytes]: ...
-
-
-def read_key(path: Path | str) -> bytes:
-    """The key shared with the clients: the file's exact bytes (at least 16)."""
-    path = Path(path)
-    try:
-        key = path.read_bytes()
-    except OSError as e:
-        raise AgentError(f"reading the key file {path}: {e.strerror}") from e
-    if len(key) < MIN_KEY_BYTES:
-        raise AgentError(f"key file {path} holds {len(key)} bytes; the key must be at least {MIN_KEY_BYTES}")
-    return key
 
 
 def mode_of(fb: Feedback) -> Mode:
@@ -385,7 +372,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--netns {args.netns}: no such network namespace")
     try:
         key = read_key(args.key_file)
-    except AgentError as e:
+    except InputError as e:
         parser.error(f"--key-file: {e}")
     return AgentConfig(listen=listen, key=key, bpffs=args.bpffs, period_ms=args.period_ms, ue_addresses=ues,
                        stats_file=args.stats_file, log_interval_s=args.log_interval_s, netns=args.netns)
