@@ -39,6 +39,7 @@ bench: setup
 	mkdir -p bench-results
 	$(VENV)/bin/python -m clawbed.traces.bench
 	$(VENV)/bin/python -m clawbed.emulator.bench
+	$(VENV)/bin/python -m clawbed.claw.client.bench
 	@echo "bench: results in bench-results/"
 
 clean:
