@@ -344,3 +344,20 @@ def test_window_clamp_is_unbiased_under_rsrq_noise_and_sample_clamp_is_not(true_
 def test_bad_clamp_is_refused() -> None:
     with pytest.raises(ValueError):
         LoadAnalyzer(CellParams(50, 2), clamp="both")
+
+
+def test_a_fresh_connection_extrapolates_its_own_share_over_the_window() -> None:
+    """Two subframes into a connection that has the whole 50-RB cell, W_claw is the whole
+    cell over T (the own share seen so far, at its rate), not two subframes' worth."""
+    a = LoadAnalyzer(CellParams(50, 2))
+    for t in (0, 1):
+        feed(a, t, total=50, own=50, mcs=20)
+    e = a.estimate()
+    assert e is not None and e.load == pytest.approx(1.0)
+    assert e.n_f_rbs == pytest.approx(50 * DEFAULT_WINDOW_MS)
+    assert e.w_claw_bytes == DEFAULT_WINDOW_MS * lte.tbs_bits(20, 50) // 8
+    # Once the window is full, N_s is the plain sum again.
+    for t in range(2, DEFAULT_WINDOW_MS + 5):
+        feed(a, t, total=50, own=50 if t % 2 else 0, mcs=20)
+    e = a.estimate()
+    assert e is not None and e.n_s_rbs == sum(50 for t in range(5, DEFAULT_WINDOW_MS + 5) if t % 2)

@@ -410,7 +410,13 @@ class LoadAnalyzer:
         n_a = n_t * load
         n_i = n_t - n_a
         n_s = self._sum_s
-        n_f = float(min(n_s + n_i, n_t)) if self.variant is Variant.CLAW else float(min(n_s, n_t))
+        # A window that has not filled yet (a connection's first T ms) has seen only
+        # `elapsed` subframes of the UE's own allocation while N_t, N_a and N_I are already
+        # for the whole window: the own share is extrapolated at its observed rate, or a
+        # fresh connection would get a W_claw of a few subframes' worth (claw/DESIGN.md).
+        elapsed = self._hi - self._lo + 1
+        n_s_window = n_s * window / elapsed if 0 < elapsed < window else float(n_s)
+        n_f = float(min(n_s_window + n_i, n_t)) if self.variant is Variant.CLAW else float(min(n_s_window, n_t))
         if self._n_sched:
             mean_mcs: float | None = self._sum_mcs / self._n_sched
             source = "window"
