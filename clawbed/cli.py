@@ -2,29 +2,45 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import click
 
 from clawbed import __version__
-from clawbed.dashboards.cli import dash
-from clawbed.emulator.cli import emu
 from clawbed.errors import ClawbedError, InputError
-from clawbed.replay.cli import replay
-from clawbed.traces.cli import trace
+
+#: Each area's command, as "module:object": imported only when that command runs, so that a
+#: quick `clawbed trace info` does not pay for the browser, Grafana or InfluxDB libraries.
+AREAS = {
+    "trace": "clawbed.traces.cli:trace",
+    "emu": "clawbed.emulator.cli:emu",
+    "replay": "clawbed.replay.cli:replay",
+    "suite": "clawbed.orchestrator.cli:suite",
+    "results": "clawbed.orchestrator.cli:results",
+    "regress": "clawbed.orchestrator.cli:regress",
+    "dash": "clawbed.dashboards.cli:dash",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class AreaGroup(click.Group):
+    """The top-level group: the commands of :data:`AREAS` load on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *AREAS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in AREAS:
+            module, _, attr = AREAS[name].partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=AreaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="clawbed")
 def cli() -> None:
     """clawbed: trace-driven LTE emulation for PHY-informed transport protocols."""
-
-
-cli.add_command(trace)
-cli.add_command(emu)
-cli.add_command(dash)
-cli.add_command(replay)
 
 
 @cli.command()

@@ -288,7 +288,7 @@ class Resources(contextlib.ExitStack):
 
     def process(self, argv: Sequence[str], *, name: str, **kwargs: object) -> OwnedProcess:
         proc = OwnedProcess(argv, name=name, **kwargs)  # type: ignore[arg-type]
-        self.ledger.record("process", name, pid=proc.pid, argv=list(argv))
+        self.ledger.record("process", name, pid=proc.pid, argv=list(argv), start_ticks=_start_ticks(proc.pid))
         self.callback(proc.close)
         return proc
 
@@ -331,7 +331,7 @@ def cleanup_from_ledger(path: Path) -> list[str]:
                 removed.append(done)
         elif kind == "process":
             pid = int(entry["pid"])
-            if _pid_runs(pid, entry.get("argv", [])):
+            if _pid_runs(pid, entry.get("argv", []), entry.get("start_ticks")):
                 os.kill(pid, signal.SIGTERM)
                 removed.append(f"process {name} (pid {pid})")
         elif kind == "link":
@@ -348,12 +348,26 @@ def cleanup_from_ledger(path: Path) -> list[str]:
     return removed
 
 
-def _pid_runs(pid: int, argv: list[str]) -> bool:
-    """True when ``pid`` is alive and still runs the recorded program (not a reused PID).
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22): with the
+    PID, it names one process for good, whatever it later calls itself."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: count after it.
+    return int(stat[stat.rindex(")") + 2:].split()[19])
 
-    ``ip netns exec NS CMD…`` replaces itself with CMD, so such a process is recognised by
-    either program name.
+
+def _pid_runs(pid: int, argv: list[str], start_ticks: int | None = None) -> bool:
+    """True when ``pid`` is alive and is still the process the ledger recorded (not a reused PID).
+
+    The start time decides when recorded: programs such as nginx rewrite their command line.
+    Otherwise the program name does; ``ip netns exec NS CMD…`` replaces itself with CMD, so
+    such a process is recognised by either name.
     """
+    if start_ticks is not None:
+        return _start_ticks(pid) == start_ticks
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:

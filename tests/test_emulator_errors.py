@@ -22,9 +22,8 @@ from clawbed.netns import Ledger, Resources, new_run_id
 
 pytestmark = pytest.mark.root
 
-#: Runs the clawbed CLI with the emulator's group added (as clawbed/cli.py wires it).
-CLI_SHIM = ("from clawbed.cli import cli, main; from clawbed.emulator.cli import emu; "
-            "cli.add_command(emu); main()")
+#: The venv's ``clawbed`` command (tests run with the venv's Python).
+CLAWBED = str(Path(sys.executable).parent / "clawbed")
 
 
 def run_leftovers(run_id: str) -> list[str]:
@@ -107,7 +106,7 @@ def test_a_missing_binary_says_how_to_build_it(tmp_path: Path) -> None:
 
 def _cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, CLAWBED_RUNS=str(tmp_path / "runs"))
-    return subprocess.run([sys.executable, "-c", CLI_SHIM, *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([CLAWBED, *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -154,7 +153,7 @@ def test_cli_ctrl_c_stops_everything_and_keeps_the_truth(tmp_path: Path) -> None
     and the ground truth holds every subframe that ran."""
     env = dict(os.environ, CLAWBED_RUNS=str(tmp_path / "runs"))
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", CLI_SHIM, "emu", "run", "--rate", "5mbit", "--out", str(out),
+    proc = subprocess.Popen([CLAWBED, "emu", "run", "--rate", "5mbit", "--out", str(out),
                              "--", "sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 30

@@ -70,7 +70,8 @@ def _child_script(rid: str, ledger: Path) -> str:
         with Resources({rid!r}, __import__('pathlib').Path({str(ledger)!r})) as res:
             a, b = res.namespace("a"), res.namespace("b")
             res.veth(Endpoint(a, res.name("va")), Endpoint(b, res.name("vb")))
-            sleeper = res.process(a.command(["sleep", "60"]), name="sleeper")
+            # It renames itself, as nginx does: the ledger must still recognise it.
+            sleeper = res.process(a.command(["bash", "-c", "exec -a renamed-sleeper sleep 60"]), name="sleeper")
             open({str(ledger) + ".pid"!r}, "w").write(str(sleeper.pid))
             print("ready", flush=True)
             time.sleep(60)

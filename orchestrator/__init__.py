@@ -1,0 +1,1 @@
+"""Experiment matrices, the result store, resumable sweeps and PLT regression checks."""

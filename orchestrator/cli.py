@@ -1,0 +1,235 @@
+"""CLI groups of the orchestrator: ``clawbed suite``, ``clawbed results``, ``clawbed regress``.
+
+Wire into ``clawbed/cli.py`` with ``cli.add_command(suite)``, ``cli.add_command(results)``,
+``cli.add_command(regress)`` (from ``clawbed.orchestrator.cli``). Until then:
+``python -m clawbed.orchestrator.cli suite run SPEC``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from clawbed.errors import InputError
+from clawbed.orchestrator import regress as rg
+from clawbed.orchestrator.runner import make_executor, run_suite
+from clawbed.orchestrator.spec import load_spec
+from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows
+
+_store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
+                             help="the SQLite result store (default: <runs>/results.sqlite)")
+_influx_option = click.option("--influx", "influx_url", default=None,
+                              help="also write each load to this InfluxDB (default: $CLAWBED_INFLUX_URL, if set)")
+_spec_argument = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, exists=True,
+                                                                             dir_okay=False))
+
+
+def _console() -> Console:
+    """Standard output's console; when it is not a terminal (CI logs, pipes), wide enough that
+    no table cell is cut."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _suite_name(target: str) -> str:
+    """SUITE given as a spec file or a suite's name."""
+    path = Path(target)
+    return load_spec(path).name if path.is_file() else target
+
+
+@click.group()
+def suite() -> None:
+    """Experiment suites: a YAML matrix of scenarios, run resumably into the result store."""
+
+
+@suite.command("list")
+@_spec_argument
+def suite_list(spec_path: Path) -> None:
+    """The scenarios of SPEC with their stable ids."""
+    spec = load_spec(spec_path)
+    table = Table(title=f"suite {spec.name}: {len(spec.scenarios())} scenario(s)")
+    for col in ("id", "label", "trace", "page", "condition", "seed", "schemes × reps"):
+        table.add_column(col)
+    for s in spec.scenarios():
+        cond = s.condition.model_dump(mode="json", exclude={"name"}, exclude_defaults=True)
+        table.add_row(s.id, s.label, s.trace, s.page, json.dumps(cond), str(s.seed),
+                      f"{','.join(s.schemes)} × {s.repetitions}")
+    _console().print(table)
+
+
+@suite.command("run")
+@_spec_argument
+@click.option("--resume", is_flag=True, help="continue the sweep: run only the loads not recorded yet")
+@click.option("--only", multiple=True, metavar="ID", help="only this scenario (id prefix or label); repeatable")
+@click.option("--sweep", default=DEFAULT_SWEEP, show_default=True, help="name of this campaign in the store")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", default=None, help="Ray cluster address (--executor ray)")
+@click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
+              help="folder of the suites' run directories (default: <runs>/suites)")
+@click.option("--run-id-prefix", default="", help="first characters of each run id (e.g. 'or' for manual runs)")
+@_store_option
+@_influx_option
+def suite_run(spec_path: Path, resume: bool, only: tuple[str, ...], sweep: str, executor: str,
+              ray_address: str | None, output_root: Path | None, run_id_prefix: str, store_path: Path | None,
+              influx_url: str | None) -> None:
+    """Run every scenario of SPEC (one replay each), recording each load as it ends."""
+    spec = load_spec(spec_path)
+    with Store(store_path, influx_url) as store:
+        summary = run_suite(spec, store, sweep=sweep, resume=resume, only=only,
+                            executor=make_executor(executor, ray_address), output_root=output_root,
+                            run_id_prefix=run_id_prefix)
+        _print_summary_table(store, spec.name, sweep)
+    click.echo(f"{summary.recorded} load(s) recorded, {summary.skipped} already there"
+               + (f"; failed scenario(s): {', '.join(summary.failed_scenarios)}" if summary.failed_scenarios else ""),
+               err=True)
+    if summary.failed_scenarios:
+        sys.exit(1)
+
+
+def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
+    samples = rg.samples_from_loads(store.loads(suite=suite_name, sweep=sweep))
+    table = Table(title=f"PLT per scenario and scheme — {suite_name} (sweep {sweep})")
+    for col in ("scenario", "scheme", "ok", "failed", "median ms", "mean ms", "std ms"):
+        table.add_column(col, justify="right" if col not in ("scenario", "scheme") else "left")
+    for s in samples.values():
+        m = s.summary()
+        fmt = (lambda k: f"{m[k]:,.0f}" if k in m else "–")
+        table.add_row(s.label, s.scheme, str(m["n_ok"]), str(m["n_failed"]), fmt("median_ms"), fmt("mean_ms"),
+                      fmt("std_ms"))
+    _console().print(table)
+
+
+@suite.command("report")
+@_spec_argument
+@click.option("--sweep", default=DEFAULT_SWEEP, show_default=True)
+@_store_option
+def suite_report(spec_path: Path, sweep: str, store_path: Path | None) -> None:
+    """Each comparison of SPEC's ``paper:`` numbers next to what this testbed measured."""
+    from clawbed.orchestrator.report import paper_rows
+
+    spec = load_spec(spec_path)
+    with Store(store_path) as store:
+        rows = paper_rows(spec.spec.paper, rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)))
+    table = Table(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
+    for col in ("figure", "scenarios", "metric", "paper", "testbed", "n", "note"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*r)
+    _console().print(table)
+
+
+@click.group()
+def results() -> None:
+    """The result store: query recorded loads."""
+
+
+@results.command("query")
+@click.argument("suite_ref", metavar="[SUITE]", required=False)
+@click.option("--scenario", default=None, help="a scenario id prefix or a label substring")
+@click.option("--sweep", default=None, help="only this sweep (default: all)")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@_store_option
+def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None, fmt: str,
+                  store_path: Path | None) -> None:
+    """Recorded loads of SUITE (a spec file or a suite's name) and/or --scenario."""
+    if suite_ref is None and scenario is None:
+        raise click.UsageError("give SUITE, --scenario, or both")
+    path = store_path or default_store_path()
+    if not path.is_file():
+        raise InputError(f"--store {path}: no result store there yet")
+    with Store(path) as store:
+        rows = store.loads(suite=_suite_name(suite_ref) if suite_ref else None, sweep=sweep, scenario=scenario)
+    if fmt == "json":
+        for r in rows:
+            click.echo(json.dumps(r.as_dict()))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerows(iter_csv_rows(rows))
+    else:
+        table = Table(title=f"{len(rows)} load(s)")
+        for col in ("suite", "sweep", "scenario", "label", "scheme", "rep", "ok", "PLT ms", "bytes", "protocol", "error"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r.suite, r.sweep, r.scenario_id, r.label, r.scheme, str(r.repetition), "yes" if r.ok else "no",
+                          f"{r.plt_ms:,.0f}" if r.plt_ms is not None else "–", str(r.bytes_total or "–"),
+                          r.protocol or "–", r.error or "")
+        _console().print(table)
+
+
+@click.command("regress")
+@_spec_argument
+@click.option("--baseline", "baseline_path", type=click.Path(path_type=Path), required=True,
+              help="the baseline JSON (written by --update-baseline)")
+@click.option("--from-store", is_flag=True, help="compare the results already in the store (no new run)")
+@click.option("--sweep", default=None,
+              help="the store's sweep to run into / read (default: a new regress-<time> sweep; with --from-store "
+                   f"'{DEFAULT_SWEEP}')")
+@click.option("--update-baseline", is_flag=True, help="write the results as the new baseline instead of comparing")
+@click.option("--threshold", type=float, default=rg.DEFAULT_THRESHOLD, show_default=True,
+              help="regression when the 95% CI of the median ratio lies above this")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML here")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None)
+@click.option("--run-id-prefix", default="")
+@_store_option
+@_influx_option
+def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str | None, update_baseline: bool,
+            threshold: float, junit_path: Path | None, executor: str, output_root: Path | None, run_id_prefix: str,
+            store_path: Path | None, influx_url: str | None) -> None:
+    """Run SPEC (or read it from the store) and compare every (scenario, scheme) PLT
+    distribution with BASELINE; exit status 1 on a significant regression."""
+    spec = load_spec(spec_path)
+    sweep = sweep or (DEFAULT_SWEEP if from_store else f"regress-{time.strftime('%Y%m%dT%H%M%S')}")
+    with Store(store_path, influx_url) as store:
+        if not from_store:
+            run_suite(spec, store, sweep=sweep, resume=True, executor=make_executor(executor),
+                      output_root=output_root, run_id_prefix=run_id_prefix)
+        labels = {s.label for s in spec.scenarios()}
+        current = {k: v for k, v in rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)).items()
+                   if v.label in labels}
+    if not current:
+        raise InputError(f"no results of suite {spec.name} in sweep {sweep!r} of the store")
+    if update_baseline:
+        rg.write_baseline(baseline_path, spec.name, current, threshold=threshold)
+        click.echo(f"baseline written: {baseline_path} ({len(current)} scenario×scheme entries)", err=True)
+        return
+    _, baseline = rg.read_baseline(baseline_path)
+    comparisons = rg.compare(current, baseline, threshold=threshold)
+    table = Table(title=f"PLT regression check — {spec.name} vs {baseline_path.name} "
+                        f"(bootstrap 95% CI of the median ratio; regression when low > {threshold:g})")
+    for col in ("scenario", "scheme", "verdict", "current ms", "baseline ms", "ratio", "95% CI", "n", "note"):
+        table.add_column(col)
+    colour = {"ok": "green", "improved": "cyan", "regression": "red", "missing": "red", "new-failures": "red"}
+    for c in comparisons:
+        table.add_row(c.label, c.scheme, f"[{colour[c.verdict]}]{c.verdict}[/]",
+                      f"{c.current_median_ms:,.0f}" if c.current_median_ms is not None else "–",
+                      f"{c.baseline_median_ms:,.0f}" if c.baseline_median_ms is not None else "–",
+                      f"{c.ratio:.3f}" if c.ratio is not None else "–",
+                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low is not None else "–",
+                      f"{c.n_current}/{c.n_baseline}", c.note)
+    _console().print(table)
+    if junit_path is not None:
+        junit_path.parent.mkdir(parents=True, exist_ok=True)
+        junit_path.write_bytes(rg.junit_xml(spec.name, comparisons, threshold))
+    failed = [c for c in comparisons if c.failed]
+    if failed:
+        click.echo(f"{len(failed)} of {len(comparisons)} check(s) failed: "
+                   + ", ".join(f"{c.label} {c.scheme} ({c.verdict})" for c in failed), err=True)
+        sys.exit(1)
+    click.echo(f"all {len(comparisons)} check(s) passed", err=True)
+
+
+if __name__ == "__main__":
+    # The whole ``clawbed`` CLI (its error handling, ``cleanup``) with these groups added.
+    from clawbed import cli as clawbed_cli
+    from clawbed.cli import main as clawbed_main
+
+    for command in (suite, results, regress):
+        clawbed_cli.cli.add_command(command)
+    clawbed_main()

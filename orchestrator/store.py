@@ -1,0 +1,235 @@
+"""The result store: one SQLite file (default ``runs/results.sqlite``) with a row per page
+load and a row per scenario, written in transactions as loads finish, so a sweep killed at
+any point loses nothing it measured and never records a load twice.
+
+Tables::
+
+    scenarios  (suite, sweep, scenario_id) → label, settings (JSON), status, error, run dirs,
+               first/last update (Unix s)
+    loads      (suite, sweep, scenario_id, scheme, repetition) UNIQUE → label, ok, plt_ms,
+               bytes_total, protocol, error, run_dir, load index in its run, start/end
+               (Unix s), recorded (Unix s)
+
+A *sweep* names one campaign of a suite in the store (default ``main``): a regression check
+runs its own sweep so that it measures afresh instead of reusing earlier results.
+
+When an InfluxDB URL is given (``--influx URL`` or ``$CLAWBED_INFLUX_URL``), each load is also
+written as a point of measurement ``orchestrator_load`` through
+:class:`clawbed.dashboards.metrics.MetricsWriter` (spooled when the server is down).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from clawbed.dashboards.metrics import MetricsWriter, Point
+from clawbed.errors import InputError
+from clawbed.paths import runs_dir
+
+DEFAULT_SWEEP = "main"
+INFLUX_ENV = "CLAWBED_INFLUX_URL"
+INFLUX_MEASUREMENT = "orchestrator_load"
+#: How long a writer waits for another process's transaction on the file, s.
+BUSY_TIMEOUT_S = 30.0
+STATUSES = ("pending", "running", "complete", "failed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS scenarios (
+    suite TEXT NOT NULL, sweep TEXT NOT NULL, scenario_id TEXT NOT NULL,
+    label TEXT NOT NULL, settings TEXT NOT NULL, status TEXT NOT NULL, error TEXT,
+    run_dirs TEXT NOT NULL DEFAULT '[]', owner_pid INTEGER, created_unix_s REAL NOT NULL, updated_unix_s REAL NOT NULL,
+    PRIMARY KEY (suite, sweep, scenario_id));
+CREATE TABLE IF NOT EXISTS loads (
+    suite TEXT NOT NULL, sweep TEXT NOT NULL, scenario_id TEXT NOT NULL, label TEXT NOT NULL,
+    scheme TEXT NOT NULL, repetition INTEGER NOT NULL, ok INTEGER NOT NULL, plt_ms REAL,
+    bytes_total INTEGER, protocol TEXT, error TEXT, run_dir TEXT, load_index INTEGER,
+    t_start_unix_s REAL, t_end_unix_s REAL, recorded_unix_s REAL NOT NULL,
+    UNIQUE (suite, sweep, scenario_id, scheme, repetition));
+CREATE INDEX IF NOT EXISTS loads_by_scenario ON loads (suite, sweep, scenario_id);
+"""
+LOAD_COLUMNS = ("suite", "sweep", "scenario_id", "label", "scheme", "repetition", "ok", "plt_ms", "bytes_total",
+                "protocol", "error", "run_dir", "load_index", "t_start_unix_s", "t_end_unix_s", "recorded_unix_s")
+
+
+def default_store_path() -> Path:
+    return runs_dir() / "results.sqlite"
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """One recorded page load (times in Unix s, PLT in ms, bytes of body)."""
+
+    suite: str
+    sweep: str
+    scenario_id: str
+    label: str
+    scheme: str
+    repetition: int
+    ok: bool
+    plt_ms: float | None
+    bytes_total: int | None
+    protocol: str | None
+    error: str | None
+    run_dir: str | None
+    load_index: int | None
+    t_start_unix_s: float | None
+    t_end_unix_s: float | None
+    recorded_unix_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {c: getattr(self, c) for c in LOAD_COLUMNS}
+
+
+class Store:
+    """The SQLite result store at ``path`` (created with its tables on first use)."""
+
+    def __init__(self, path: Path | None = None, influx_url: str | None = None) -> None:
+        self.path = (path or default_store_path()).resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode; every write below is its own explicit transaction.
+        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        # WAL: readers (`clawbed results query`) never block the sweep's writes; synchronous
+        # FULL: a committed load survives a power cut, not only a killed process.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        url = influx_url if influx_url is not None else os.environ.get(INFLUX_ENV)
+        self._metrics = (MetricsWriter(url, spool_dir=self.path.parent / "influx-spool", batch_points=1)
+                         if url else None)
+
+    def close(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _transaction(self) -> "_Tx":
+        return _Tx(self._db)
+
+    def ensure_scenario(self, suite: str, sweep: str, scenario_id: str, label: str,
+                        settings: Mapping[str, Any]) -> None:
+        """Register a scenario as pending unless it is known already."""
+        now = time.time()
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR IGNORE INTO scenarios (suite, sweep, scenario_id, label, settings, status, created_unix_s,"
+                " updated_unix_s) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                (suite, sweep, scenario_id, label, json.dumps(settings, sort_keys=True), now, now))
+
+    def set_status(self, suite: str, sweep: str, scenario_id: str, status: str, *, error: str | None = None,
+                   run_dir: str | None = None, owner_pid: int | None = None) -> None:
+        """Set a scenario's status (and its error), appending ``run_dir`` to its run
+        directories; ``owner_pid``: the process running it (while ``running``)."""
+        if status not in STATUSES:
+            raise ValueError(f"status {status!r}: one of {', '.join(STATUSES)}")
+        with self._transaction():
+            row = self._db.execute("SELECT run_dirs FROM scenarios WHERE suite=? AND sweep=? AND scenario_id=?",
+                                   (suite, sweep, scenario_id)).fetchone()
+            if row is None:
+                raise InputError(f"scenario {scenario_id} of suite {suite} (sweep {sweep}) is not in {self.path}")
+            dirs = json.loads(row["run_dirs"])
+            if run_dir is not None and run_dir not in dirs:
+                dirs.append(run_dir)
+            self._db.execute("UPDATE scenarios SET status=?, error=?, run_dirs=?, owner_pid=?, updated_unix_s=? "
+                             "WHERE suite=? AND sweep=? AND scenario_id=?",
+                             (status, error, json.dumps(dirs), owner_pid, time.time(), suite, sweep, scenario_id))
+
+    def record_load(self, row: LoadRow) -> bool:
+        """Record one finished load in its own transaction; False (and nothing written) when
+        that (scenario, scheme, repetition) is already recorded."""
+        with self._transaction():
+            cur = self._db.execute(
+                f"INSERT OR IGNORE INTO loads ({', '.join(LOAD_COLUMNS)}) VALUES ({', '.join('?' * len(LOAD_COLUMNS))})",
+                tuple(int(v) if isinstance(v, bool) else v for v in (getattr(row, c) for c in LOAD_COLUMNS)))
+            added = cur.rowcount == 1
+        if added and self._metrics is not None:
+            self._metrics.add(Point(INFLUX_MEASUREMENT,
+                                    {"suite": row.suite, "sweep": row.sweep, "scenario": row.scenario_id,
+                                     "label": row.label, "scheme": row.scheme},
+                                    {"plt_ms": row.plt_ms, "bytes_total": row.bytes_total, "ok": row.ok,
+                                     "repetition": row.repetition},
+                                    int((row.t_end_unix_s or row.recorded_unix_s) * 1e9)))
+            self._metrics.send()
+        return added
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def done_loads(self, suite: str, sweep: str, scenario_id: str) -> set[tuple[str, int]]:
+        """(scheme, repetition) of every load recorded for a scenario."""
+        rows = self._db.execute("SELECT scheme, repetition FROM loads WHERE suite=? AND sweep=? AND scenario_id=?",
+                                (suite, sweep, scenario_id))
+        return {(r["scheme"], r["repetition"]) for r in rows}
+
+    def loads(self, *, suite: str | None = None, sweep: str | None = None,
+              scenario: str | None = None) -> list[LoadRow]:
+        """Recorded loads, filtered; ``scenario`` matches an id prefix or a label substring."""
+        where, args = [], []
+        if suite is not None:
+            where.append("suite = ?")
+            args.append(suite)
+        if sweep is not None:
+            where.append("sweep = ?")
+            args.append(sweep)
+        if scenario is not None:
+            where.append("(scenario_id LIKE ? OR label LIKE ?)")
+            args += [scenario + "%", f"%{scenario}%"]
+        sql = f"SELECT {', '.join(LOAD_COLUMNS)} FROM loads"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY suite, sweep, label, scheme, repetition"
+        return [LoadRow(**{**dict(r), "ok": bool(r["ok"])}) for r in self._db.execute(sql, args)]
+
+    def scenarios(self, *, suite: str | None = None, sweep: str | None = None) -> list[dict[str, Any]]:
+        """Per-scenario rows (status, label, settings, run dirs)."""
+        sql, args = "SELECT * FROM scenarios", []
+        if suite is not None:
+            sql += " WHERE suite = ?" + (" AND sweep = ?" if sweep is not None else "")
+            args = [suite] + ([sweep] if sweep is not None else [])
+        rows = []
+        for r in self._db.execute(sql + " ORDER BY suite, sweep, label", args):
+            d = dict(r)
+            d["settings"] = json.loads(d["settings"])
+            d["run_dirs"] = json.loads(d["run_dirs"])
+            rows.append(d)
+        return rows
+
+    def sweeps(self, suite: str) -> list[str]:
+        """A suite's sweeps, most recently updated last."""
+        rows = self._db.execute("SELECT sweep, MAX(updated_unix_s) AS t FROM scenarios WHERE suite=? "
+                                "GROUP BY sweep ORDER BY t", (suite,))
+        return [r["sweep"] for r in rows]
+
+
+class _Tx:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error): the write lock is taken at the
+    start, so two sweeps writing one file serialise instead of failing mid-transaction."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+
+
+def iter_csv_rows(rows: list[LoadRow]) -> Iterator[list[Any]]:
+    """The header then one list per load (for ``--format csv``)."""
+    yield list(LOAD_COLUMNS)
+    for r in rows:
+        yield [getattr(r, c) for c in LOAD_COLUMNS]

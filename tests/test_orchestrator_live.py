@@ -1,0 +1,105 @@
+"""End to end with real replays (root): a two-scenario suite, the regression check against a
+baseline (a 3× core RTT is caught, an unchanged run is not), and a sweep killed with SIGKILL
+that resumes without duplicates or loss."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.root
+
+CLI = [sys.executable, "-m", "clawbed.orchestrator.cli"]
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, BPF)")
+
+
+def _spec(tmp_path: Path, name: str, core_rtt_ms: float, suite: str = "live") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({
+        "suite": suite, "loader": "h2", "repetitions": 2, "load_timeout_s": 30,
+        "matrix": {"traces": ["busy-cell", "idle-cell"], "pages": ["set-01"], "schemes": ["claw", "cubic"],
+                   "conditions": [{"name": "base", "core_rtt_ms": core_rtt_ms}]}}))
+    return path
+
+
+def _run(args: list[str], tmp_path: Path, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args, "--store", str(tmp_path / "r.sqlite"), "--runs-dir", str(tmp_path / "runs"),
+                           "--run-id-prefix", "or"], capture_output=True, text=True, timeout=timeout_s)
+
+
+def _loads(tmp_path: Path) -> list[tuple]:
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    return db.execute("SELECT sweep, scenario_id, scheme, repetition, ok, plt_ms, recorded_unix_s FROM loads "
+                      "ORDER BY recorded_unix_s").fetchall()
+
+
+def test_regression_caught_and_unchanged_passes(tmp_path: Path) -> None:
+    _needs_root()
+    base_spec, slow_spec = _spec(tmp_path, "fast.yaml", 50), _spec(tmp_path, "slow.yaml", 150)
+    baseline = tmp_path / "baseline.json"
+    made = _run(["regress", str(base_spec), "--baseline", str(baseline), "--update-baseline", "--sweep", "base"],
+                tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert len([r for r in _loads(tmp_path) if r[4]]) == 8  # 2 scenarios × 2 schemes × 2 reps, all ok
+
+    same = _run(["regress", str(base_spec), "--baseline", str(baseline), "--sweep", "same",
+                 "--junit", str(tmp_path / "same.xml")], tmp_path)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert ET.parse(tmp_path / "same.xml").getroot().get("failures") == "0"
+
+    slow = _run(["regress", str(slow_spec), "--baseline", str(baseline), "--sweep", "slow",
+                 "--junit", str(tmp_path / "slow.xml")], tmp_path)
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    root = ET.parse(tmp_path / "slow.xml").getroot()
+    verdicts = [f.get("type") for f in root.iter("failure")]
+    assert verdicts and set(verdicts) == {"regression"}, slow.stdout
+    assert "regression" in slow.stdout and "settings changed" in slow.stdout
+
+
+def test_killed_sweep_resumes_without_duplicates_or_loss(tmp_path: Path, clawbed_cli: Path) -> None:
+    _needs_root()
+    spec = _spec(tmp_path, "kill.yaml", 50, suite="killed")
+    store = tmp_path / "r.sqlite"
+    proc = subprocess.Popen([*CLI, "suite", "run", str(spec), "--store", str(store), "--runs-dir",
+                             str(tmp_path / "runs"), "--run-id-prefix", "or"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if store.exists() and len(_loads(tmp_path)) >= 1:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    before = _loads(tmp_path)
+    assert 1 <= len(before) < 8
+    # The killed run's leftovers (namespaces, emulator, nginx, the claw CC) by its ledger.
+    run_dirs = sorted((tmp_path / "runs" / "killed" / "main").iterdir())
+    for run_dir in run_dirs:
+        cleaned = subprocess.run([str(clawbed_cli), "cleanup", str(run_dir)], capture_output=True, text=True)
+        assert cleaned.returncode == 0, cleaned.stderr
+
+    resumed = _run(["suite", "run", str(spec), "--resume"], tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = _loads(tmp_path)
+    keys = [(r[1], r[2], r[3]) for r in after]
+    assert len(keys) == len(set(keys)) == 8  # every load once
+    assert set(before) <= set(after)  # nothing measured before the kill was lost or re-run
+    assert all(r[4] for r in after), after
+    statuses = sqlite3.connect(store).execute("SELECT status FROM scenarios").fetchall()
+    assert statuses == [("complete",), ("complete",)]

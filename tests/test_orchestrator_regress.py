@@ -1,0 +1,130 @@
+"""The PLT regression test's statistics, the baseline file and the JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clawbed.errors import InputError
+from clawbed.orchestrator import regress as rg
+from clawbed.orchestrator.store import LoadRow
+
+
+def _sample(values: np.ndarray | list[float], label: str = "busy/set-01/base/s1", scheme: str = "claw",
+            failed: int = 0, sid: str = "abc") -> rg.Sample:
+    return rg.Sample(label, sid, scheme, tuple(float(v) for v in values), failed)
+
+
+def _plts(n: int, median_ms: float, seed: int) -> np.ndarray:
+    """Log-normal PLTs (σ 0.15, about what the testbed shows) with a given median, ms."""
+    return median_ms * np.exp(np.random.default_rng(seed).normal(0, 0.15, n))
+
+
+def test_bootstrap_ci_is_reproducible_and_brackets_the_ratio() -> None:
+    cur, base = _plts(20, 1200, 1), _plts(20, 1000, 2)
+    a = rg.bootstrap_median_ratio_ci(cur, base)
+    assert a == rg.bootstrap_median_ratio_ci(cur, base)  # fixed seed → the same interval
+    ratio, low, high = a
+    assert low <= ratio <= high and 1.0 < ratio < 1.5
+    with pytest.raises(ValueError):
+        rg.bootstrap_median_ratio_ci([], base)
+
+
+@pytest.mark.parametrize("n", [3, 10])
+def test_slowed_distribution_is_caught_unchanged_is_not(n: int) -> None:
+    """Over 100 independent draws: an 80 % slower distribution is flagged at least 90 times,
+    another draw of the same distribution (almost) never — at the CI suite's 3 loads too."""
+    caught = alarms = 0
+    for trial in range(100):
+        base = _sample(_plts(n, 1000, 1000 + trial))
+        slowed = _sample(_plts(n, 1800, 3000 + trial))
+        same = _sample(_plts(n, 1000, 5000 + trial))
+        c_slow = rg.compare({base.key: slowed}, {base.key: base}, resamples=2000)[0]
+        c_same = rg.compare({base.key: same}, {base.key: base}, resamples=2000)[0]
+        caught += c_slow.verdict == "regression" and c_slow.ci_low > rg.DEFAULT_THRESHOLD
+        alarms += c_same.failed
+    assert caught >= 90  # power at n = 3, σ 0.15 is about 94 %; at n = 10, 100 %
+    assert alarms <= 2
+
+
+def test_small_slowdown_within_threshold_is_not_a_regression() -> None:
+    base = _sample(_plts(30, 1000, 20))
+    cur = _sample(_plts(30, 1050, 21))  # +5 %: below the 10 % threshold
+    assert rg.compare({base.key: cur}, {base.key: base})[0].verdict == "ok"
+
+
+def test_improvement_missing_and_new_failures() -> None:
+    base = _sample(_plts(10, 1000, 30))
+    faster = _sample(_plts(10, 500, 31))
+    assert rg.compare({base.key: faster}, {base.key: base})[0].verdict == "improved"
+    other = _sample(_plts(10, 1000, 32), scheme="cubic")
+    verdicts = {c.scheme: c.verdict for c in rg.compare({other.key: other}, {base.key: base})}
+    assert verdicts == {"claw": "missing", "cubic": "missing"}
+    flaky = _sample(_plts(7, 1000, 33), failed=3)
+    assert rg.compare({base.key: flaky}, {base.key: base})[0].verdict == "new-failures"
+    with pytest.raises(InputError, match="--threshold"):
+        rg.compare({}, {}, threshold=0.9)
+
+
+def test_settings_change_is_noted() -> None:
+    base, cur = _sample(_plts(5, 1000, 40), sid="aaa"), _sample(_plts(5, 1000, 41), sid="bbb")
+    assert "settings changed (id aaa → bbb)" in rg.compare({cur.key: cur}, {base.key: base})[0].note
+
+
+def test_samples_from_loads_groups_and_counts_failures() -> None:
+    def row(scheme: str, rep: int, ok: bool, plt: float | None) -> LoadRow:
+        return LoadRow("s", "main", "id1", "lbl", scheme, rep, ok, plt, 1, "h2", None if ok else "x", None, rep,
+                       None, None, 0.0)
+    samples = rg.samples_from_loads([row("claw", 1, True, 600), row("claw", 0, True, 500), row("claw", 2, False, None),
+                                     row("cubic", 0, True, 700)])
+    assert samples["lbl|claw"].plt_ms == (500.0, 600.0) and samples["lbl|claw"].n_failed == 1
+    assert samples["lbl|cubic"].summary()["median_ms"] == 700.0
+
+
+def test_baseline_round_trip_and_errors(tmp_path: Path) -> None:
+    s = {x.key: x for x in (_sample([500, 510, 520]), _sample([700, 720], scheme="cubic", failed=1))}
+    path = tmp_path / "b.json"
+    rg.write_baseline(path, "ci", s)
+    suite, back = rg.read_baseline(path)
+    assert suite == "ci" and back == s
+    doc = json.loads(path.read_text())
+    assert doc["entries"]["busy/set-01/base/s1|claw"]["summary"]["median_ms"] == 510.0
+    (tmp_path / "bad.json").write_text('{"format": 1, "entries": {"k": {"label": "x"}}}')
+    with pytest.raises(InputError, match=r"bad.json: entries.k: bad or missing"):
+        rg.read_baseline(tmp_path / "bad.json")
+    with pytest.raises(InputError, match="not JSON"):
+        (tmp_path / "x.json").write_text("{")
+        rg.read_baseline(tmp_path / "x.json")
+
+
+def test_junit_xml_is_well_formed_with_one_failure() -> None:
+    base = _sample(_plts(5, 1000, 50))
+    base2 = _sample(_plts(5, 1000, 51), scheme="cubic")
+    comparisons = rg.compare({base.key: _sample(_plts(5, 3000, 52)), base2.key: _sample(_plts(5, 1000, 53),
+                                                                                         scheme="cubic")},
+                             {base.key: base, base2.key: base2})
+    root = ET.fromstring(rg.junit_xml("ci & <co>", comparisons, 1.1))
+    assert root.tag == "testsuites" and root.get("tests") == "2" and root.get("failures") == "1"
+    cases = root.findall("./testsuite/testcase")
+    assert [c.get("name") for c in cases] == ["claw", "cubic"]
+    failure = cases[0].find("failure")
+    assert failure is not None and failure.get("type") == "regression" and "ratio" in failure.get("message")
+    assert cases[1].find("failure") is None
+
+
+def test_paper_rows_put_the_papers_number_beside_the_testbeds() -> None:
+    from clawbed.orchestrator.report import paper_rows
+    from clawbed.orchestrator.spec import PaperNumber
+
+    samples = {s.key: s for s in (_sample([400, 600], label="idle-cell/profile/h2/s1"),
+                                  _sample([1000, 1000], label="idle-cell/profile/h2/s1", scheme="cubic"))}
+    rows = paper_rows([PaperNumber(figure="Fig 18a", match="idle-cell/profile/h2", metric="reduction_pct",
+                                   scheme="claw", versus="cubic", value=66),
+                       PaperNumber(figure="Fig 12", match="image-2mb", metric="plt_s", scheme="claw", value=2.7)],
+                      samples)
+    assert rows[0][:6] == ("Fig 18a", "idle-cell/profile/h2", "PLT reduction claw vs cubic", "66 %", "50 %", "2/2")
+    assert rows[1][3:6] == ("2.7 s", "–", "0")

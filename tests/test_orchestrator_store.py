@@ -1,0 +1,144 @@
+"""The result store and the resumable runner, with a fake replay function as the unit seam."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from clawbed.errors import InputError
+from clawbed.orchestrator import runner as rn
+from clawbed.orchestrator.cli import results
+from clawbed.orchestrator.spec import load_spec
+from clawbed.orchestrator.store import LoadRow, Store
+
+SPEC = {"suite": "unit", "loader": "h2", "repetitions": 3,
+        "matrix": {"traces": ["busy-cell", "idle-cell"], "pages": ["set-01"], "schemes": ["claw", "cubic"]}}
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: not an error the runner catches."""
+
+
+def fake_replay(calls: list[rn.ReplayJob], kill_after: int | None = None) -> rn.ReplayFn:
+    """A replay that reports each planned load with a PLT from (scheme, repetition); it
+    'dies' after ``kill_after`` loads in all."""
+    count = [0]
+
+    def replay(job: rn.ReplayJob, on_load: Callable[[dict], None]) -> None:
+        calls.append(job)
+        for index, (rep, scheme) in enumerate(job.plan):
+            if kill_after is not None and count[0] >= kill_after:
+                raise Killed()
+            count[0] += 1
+            on_load({"load": index, "round": rep, "scheme": scheme, "ok": True, "plt_ms": 500.0 + rep,
+                     "bytes_total": 102400, "protocol": "h2", "error": None, "t_start_unix_s": time.time(),
+                     "t_end_unix_s": time.time()})
+    return replay
+
+
+@pytest.fixture
+def spec(tmp_path: Path):
+    path = tmp_path / "unit.yaml"
+    path.write_text(yaml.safe_dump(SPEC))
+    return load_spec(path)
+
+
+def test_store_records_once_and_rolls_back(tmp_path: Path) -> None:
+    with Store(tmp_path / "r.sqlite") as store:
+        store.ensure_scenario("s", "main", "abc", "lbl", {"x": 1})
+        row = LoadRow("s", "main", "abc", "lbl", "cubic", 0, True, 512.0, 100, "h2", None, "/r", 0, 1.0, 2.0, 3.0)
+        assert store.record_load(row) is True
+        assert store.record_load(row) is False  # the same (scenario, scheme, repetition): ignored
+        assert store.done_loads("s", "main", "abc") == {("cubic", 0)}
+        store.set_status("s", "main", "abc", "running", run_dir="/r")
+        assert store.scenarios(suite="s")[0]["status"] == "running"
+        with pytest.raises(ValueError):
+            store.set_status("s", "main", "abc", "bogus")
+        with pytest.raises(RuntimeError):  # a failed transaction leaves nothing behind
+            with store._transaction():
+                store._db.execute("INSERT INTO loads (suite, sweep, scenario_id, label, scheme, repetition, ok,"
+                                  " recorded_unix_s) VALUES ('s','main','abc','lbl','claw',5,1,0)")
+                raise RuntimeError("mid-transaction")
+    assert sqlite3.connect(tmp_path / "r.sqlite").execute("SELECT COUNT(*) FROM loads").fetchone()[0] == 1
+
+
+def test_sweep_killed_mid_run_resumes_without_duplicates_or_loss(spec, tmp_path: Path) -> None:
+    store_path = tmp_path / "r.sqlite"
+    calls: list[rn.ReplayJob] = []
+    with Store(store_path) as store, pytest.raises(Killed):
+        rn.run_suite(spec, store, executor=rn.LocalExecutor(fake_replay(calls, kill_after=8)),
+                     output_root=tmp_path / "runs")
+    with Store(store_path) as store:
+        assert len(store.loads(suite="unit")) == 8  # everything measured before the kill is kept
+        # Without --resume the sweep is refused rather than mixed.
+        with pytest.raises(InputError, match="--resume"):
+            rn.run_suite(spec, store, executor=rn.LocalExecutor(fake_replay([])), output_root=tmp_path / "runs")
+        resumed: list[rn.ReplayJob] = []
+        summary = rn.run_suite(spec, store, resume=True, executor=rn.LocalExecutor(fake_replay(resumed)),
+                               output_root=tmp_path / "runs")
+        assert summary.recorded == 4 and summary.skipped == 8
+        # Only the second scenario's missing loads ran, in a new run directory.
+        assert len(resumed) == 1 and len(resumed[0].plan) == 4
+        assert resumed[0].run_dir.name.endswith("-a2") and resumed[0].run_dir != calls[-1].run_dir
+        loads = store.loads(suite="unit")
+        keys = [(r.scenario_id, r.scheme, r.repetition) for r in loads]
+        assert len(keys) == len(set(keys)) == 12
+        assert all(r.status == "complete" for r in [type("R", (), s) for s in store.scenarios(suite="unit")])
+        # A third run has nothing to do.
+        again: list[rn.ReplayJob] = []
+        assert rn.run_suite(spec, store, resume=True, executor=rn.LocalExecutor(fake_replay(again)),
+                            output_root=tmp_path / "runs").recorded == 0
+        assert again == []
+
+
+def test_failed_scenario_is_recorded_and_the_sweep_goes_on(spec, tmp_path: Path) -> None:
+    def broken(job: rn.ReplayJob, on_load: Callable[[dict], None]) -> None:
+        if job.scenario.trace == "busy-cell":
+            raise InputError("the emulator died")
+        fake_replay([])(job, on_load)
+
+    with Store(tmp_path / "r.sqlite") as store:
+        summary = rn.run_suite(spec, store, executor=rn.LocalExecutor(broken), output_root=tmp_path / "runs")
+        assert len(summary.failed_scenarios) == 1 and summary.recorded == 6
+        status = {s["label"]: (s["status"], s["error"]) for s in store.scenarios(suite="unit")}
+        assert status["busy-cell/set-01/c0/s1"] == ("failed", "InputError: the emulator died")
+
+
+def test_only_selects_by_id_or_label(spec) -> None:
+    scenarios = spec.scenarios()
+    assert rn.select(scenarios, [scenarios[1].id[:6]]) == [scenarios[1]]
+    assert rn.select(scenarios, ["busy-cell/set-01/c0/s1"]) == [scenarios[0]]
+    with pytest.raises(InputError, match="--only nope"):
+        rn.select(scenarios, ["nope"])
+
+
+def test_run_ids_and_ray_executor_error() -> None:
+    rid = rn.new_run_id("or")
+    assert len(rid) == 4 and rid.startswith("or")
+    with pytest.raises(InputError, match="pip install ray"):
+        try:
+            import ray  # noqa: F401
+            pytest.skip("ray is installed")
+        except ImportError:
+            rn.make_executor("ray").run([], lambda j, r: None, lambda j, e: None)
+
+
+def test_results_query_formats(spec, tmp_path: Path) -> None:
+    store_path = tmp_path / "r.sqlite"
+    with Store(store_path) as store:
+        rn.run_suite(spec, store, executor=rn.LocalExecutor(fake_replay([])), output_root=tmp_path / "runs")
+    cli = CliRunner()
+    out = cli.invoke(results, ["query", str(spec.path), "--store", str(store_path), "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.strip().splitlines()
+    assert lines[0].startswith("suite,sweep,scenario_id,label,scheme,repetition") and len(lines) == 13
+    out = cli.invoke(results, ["query", "--scenario", "idle-cell", "--store", str(store_path), "--format", "json"])
+    assert out.exit_code == 0 and len(out.output.strip().splitlines()) == 6
+    out = cli.invoke(results, ["query", "unit", "--store", str(store_path)])
+    assert out.exit_code == 0 and "12 load(s)" in out.output
