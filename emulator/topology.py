@@ -24,7 +24,9 @@ model's), and a server's tc/BPF programs attach to the core TUN. A run that need
 wireline bottleneck behind the core adds a server namespace with :meth:`CellTopology.add_server`:
 a veth from the core namespace (which then forwards between it and the core TUN), what the
 server sends optionally shaped by a TBF as it enters the core — the wired bottleneck, below
-the cell's capacity.
+the cell's capacity. Cross-traffic hosts (:meth:`CellTopology.add_cross_host`, namespaces
+``cb<rid>x<i>``) sit on veths of their own to the core, their traffic redirected into the
+same IFB and TBF, so they compete with the server for the wireline rate.
 
 The namespaces are made here; the TUN devices are made by ``clawbed-emu`` when it starts (it
 needs their descriptors) and vanish when it exits. Everything is created through the
@@ -49,6 +51,8 @@ DEFAULT_MTU_BYTES = 1500
 #: The wired link between the core and a server namespace: the core's end is host 1, the
 #: server's host 2.
 DEFAULT_SERVER_NETWORK = ipaddress.IPv4Network("10.66.0.0/24")
+#: Cross-traffic host ``i`` gets ``10.67.<i>.0/24`` of this network (core end host 1, its end host 2).
+DEFAULT_CROSS_NETWORK = ipaddress.IPv4Network("10.67.0.0/16")
 
 
 class _InNamespace:
@@ -108,7 +112,7 @@ class Shaping:
 
 @dataclass
 class ServerNode(_InNamespace):
-    """A server namespace behind the core, on a (shaped) veth."""
+    """A namespace behind the core on a (shaped) veth: the server, or a cross-traffic host."""
 
     ns: Namespace
     #: The veth end in ``ns``: where the UEs' packets arrive (attach server-side tc programs here).
@@ -121,6 +125,8 @@ class ServerNode(_InNamespace):
     #: The TBF on what the server sends (server → UEs), at the core's end of the link, if any.
     shaping: Shaping | None
     _res: Resources = field(repr=False)
+    #: The link's network (``core_address`` and ``address`` are its hosts 1 and 2).
+    network: ipaddress.IPv4Network = DEFAULT_SERVER_NETWORK
 
 
 @dataclass
@@ -169,6 +175,10 @@ class CellTopology:
         ]
         #: The server namespace behind the core, once :meth:`add_server` made it.
         self.server: ServerNode | None = None
+        #: Cross-traffic hosts behind the same bottleneck, made by :meth:`add_cross_host`.
+        self.cross_hosts: list[ServerNode] = []
+        #: The IFB device whose TBF is the wireline bottleneck (set by :meth:`add_server`).
+        self._ifb: str | None = None
 
     def add_server(self, shaping: Shaping | None = None, *,
                    network: ipaddress.IPv4Network | str = DEFAULT_SERVER_NETWORK) -> ServerNode:
@@ -183,24 +193,50 @@ class CellTopology:
         """
         if self.server is not None:
             raise ValueError(f"{self!r} already has a server namespace ({self.server.name})")
-        network = ipaddress.IPv4Network(network)
+        self.server = self._behind_core("srv", "sv", "cs", ipaddress.IPv4Network(network), shaping)
+        if shaping is not None:
+            self._shape_towards_ues(self.server.core_device, shaping)
+        return self.server
+
+    def add_cross_host(self) -> ServerNode:
+        """A cross-traffic host ``cb<rid>x<i>`` (``i`` = 0, 1, … in order of calls) on a veth
+        of its own to the core namespace (network ``10.67.<i>.0/24``: core end host 1, host
+        end host 2), whose traffic into the core is redirected into the server's bottleneck
+        (the same IFB and TBF): it competes with the server for the wireline rate, as a
+        second source behind the same router port would. Its sinks listen in the core
+        namespace, on the core end's address. Needs :meth:`add_server` with shaping first.
+        """
+        if self.server is None or self.server.shaping is None:
+            raise ValueError(f"{self!r}: cross traffic shares the wireline bottleneck; add_server(Shaping(...)) first")
+        i = len(self.cross_hosts)
+        if i >= 256:
+            raise ValueError(f"{self!r}: at most 256 cross-traffic hosts")
+        network = DEFAULT_CROSS_NETWORK.network_address + (i << 8)
+        host = self._behind_core(f"x{i}", f"xh{i}", f"xc{i}", ipaddress.IPv4Network(f"{network}/24"),
+                                 self.server.shaping)
+        self._redirect_into_bottleneck(host.core_device)
+        self.cross_hosts.append(host)
+        return host
+
+    def _behind_core(self, role: str, device_role: str, core_device_role: str, network: ipaddress.IPv4Network,
+                     shaping: Shaping | None) -> ServerNode:
+        """A namespace ``cb<rid><role>`` on a veth to the core namespace (core end host 1 of
+        ``network``, its end host 2, its default route via the core)."""
         if network.num_addresses < 4:
-            raise ValueError(f"server network {network} needs room for two hosts")
-        if network.overlaps(self.ue_network) or self.core.address in network:
-            raise ValueError(f"server network {network} overlaps the UEs' {self.ue_network} or the core's "
-                             f"{self.core.address}")
-        core_address, server_address = network.network_address + 1, network.network_address + 2
-        ns = self.res.namespace("srv")
-        device, core_device = self.res.name("sv"), self.res.name("cs")
-        self.res.veth(Endpoint(ns, device, str(server_address), network.prefixlen),
+            raise ValueError(f"network {network} needs room for two hosts")
+        taken = [self.ue_network] + [n.network for n in ([self.server] if self.server else []) + self.cross_hosts]
+        if any(network.overlaps(other) for other in taken) or self.core.address in network:
+            raise ValueError(f"network {network} overlaps the UEs' {self.ue_network}, another namespace's "
+                             f"network or the core's {self.core.address}")
+        core_address, address = network.network_address + 1, network.network_address + 2
+        ns = self.res.namespace(role)
+        device, core_device = self.res.name(device_role), self.res.name(core_device_role)
+        self.res.veth(Endpoint(ns, device, str(address), network.prefixlen),
                       Endpoint(self.core.ns, core_device, str(core_address), network.prefixlen),
                       mtu=self.mtu_bytes)
         self.core.ns.sysctl("net.ipv4.ip_forward", 1)
         ns.run(["ip", "route", "add", "default", "via", str(core_address), "dev", device])
-        if shaping is not None:
-            self._shape_towards_ues(core_device, shaping)
-        self.server = ServerNode(ns, device, server_address, core_device, core_address, shaping, self.res)
-        return self.server
+        return ServerNode(ns, device, address, core_device, core_address, shaping, self.res, network)
 
     def _shape_towards_ues(self, core_device: str, shaping: Shaping) -> None:
         """The TBF on what the server sends, at the core's end of the link (its ingress,
@@ -215,9 +251,15 @@ class CellTopology:
         core.run(["ip", "link", "add", ifb, "mtu", str(self.mtu_bytes), "type", "ifb"])
         core.run(["ip", "link", "set", ifb, "up"])
         core.run(["tc", "qdisc", "add", "dev", ifb, "root", *shaping.tc_args()])
+        self._ifb = ifb
+        self._redirect_into_bottleneck(core_device)
+
+    def _redirect_into_bottleneck(self, core_device: str) -> None:
+        """Send everything arriving on ``core_device`` (core namespace) through the IFB's TBF."""
+        core = self.core.ns
         core.run(["tc", "qdisc", "add", "dev", core_device, "handle", "ffff:", "ingress"])
         core.run(["tc", "filter", "add", "dev", core_device, "parent", "ffff:", "protocol", "ip", "u32",
-                  "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifb])
+                  "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", self._ifb])
 
     @property
     def server_address(self) -> ipaddress.IPv4Address:
@@ -226,4 +268,5 @@ class CellTopology:
 
     def __repr__(self) -> str:
         server = f", server {self.server.name}" if self.server is not None else ""
-        return f"CellTopology(run {self.run_id}: core {self.core.name}, {len(self.ues)} UE(s){server})"
+        cross = f", {len(self.cross_hosts)} cross host(s)" if self.cross_hosts else ""
+        return f"CellTopology(run {self.run_id}: core {self.core.name}, {len(self.ues)} UE(s){server}{cross})"

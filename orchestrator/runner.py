@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import RUN_ID_ALPHABET, RUN_ID_LENGTH
+from clawbed.orchestrator.crosstraffic import CrossTrafficSpec, OtherUeSpec
 from clawbed.orchestrator.spec import LoadedSpec, Scenario, materialize_trace
 from clawbed.orchestrator.store import DEFAULT_SWEEP, LoadRow, Store
 from clawbed.paths import runs_dir
@@ -74,7 +75,10 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
         trace=materialize_trace(sc), page=sc.page, schemes=schemes, runs=max(r for r, _ in job.plan) + 1,
         http_version=cond.http, loader=sc.loader, core_rtt_ms=cond.core_rtt_ms, bs_buffer_bytes=cond.bs_buffer_bytes,
         wireline_rate=cond.wireline_rate, scheduler=cond.scheduler.value, seed=sc.seed, name=job.run_dir.name,
-        load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan))
+        load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan),
+        cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, cc=c.scheme, object_bytes=c.object_bytes,
+                                        off_ms=c.off_ms) for c in cond.cross_traffic],
+        other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page) for o in cond.other_ues])
 
     def on_event(event: ReplayEvent) -> None:
         if event.kind == "load-done" and event.record is not None:
@@ -252,11 +256,6 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
     console = console or Console(stderr=True)
     executor = executor or LocalExecutor()
     scenarios = select(spec.scenarios(), only)
-    for sc in scenarios:
-        unsupported = [k for k in ("cross_traffic", "other_ues") if getattr(sc.condition, k)]
-        if unsupported and isinstance(executor, LocalExecutor) and executor.replay is replay_job:
-            raise InputError(f"scenario {sc.label}: {', '.join(unsupported)} is validated but not run by the "
-                             "replay yet (see orchestrator/crosstraffic.py)")
     suite = spec.name
     existing = store.loads(suite=suite, sweep=sweep)
     if existing and not resume:

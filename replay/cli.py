@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from clawbed.errors import InputError
 from clawbed.paths import REPO_ROOT, runs_dir
 from clawbed.emulator.config import Scheduler
+from clawbed.orchestrator.crosstraffic import parse_cross_traffic, parse_other_ues
 
 from clawbed.replay.report import plt_stats, stats_table, write_report
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent
@@ -55,9 +56,16 @@ def parse_size_bytes(text: str) -> int:
               help="folder of run directories (default: $CLAWBED_RUNS or <repo>/runs)")
 @click.option("--load-timeout-s", type=float, default=60.0, show_default=True,
               help="a load taking longer fails")
+@click.option("--cross-traffic", "cross_traffic", multiple=True, metavar="bulk:N|onoff:N",
+              help="wired cross traffic through the wireline bottleneck (needs --wireline-rate): N iperf3 "
+                   "flows, or N on/off web-like senders, from a host of its own; repeatable")
+@click.option("--other-ues", "other_ues", metavar="N[:scheme]",
+              help="N more UEs in the cell, each with a bulk download using a kernel scheme "
+                   "(cubic, reno, bbr; default cubic)")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None, scheduler: str,
-           seed: int, name: str | None, output_root: Path | None, load_timeout_s: float) -> None:
+           seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
+           cross_traffic: tuple[str, ...], other_ues: str | None) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -68,7 +76,9 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         http_version=http_version, loader=loader, core_rtt_ms=core_rtt_ms,
         bs_buffer_bytes=parse_size_bytes(bs_buffer) if bs_buffer is not None else None,
         wireline_rate=wireline_rate, scheduler=scheduler, seed=seed, name=name,
-        load_timeout_s=load_timeout_s, output_root=output_root or runs_dir())
+        load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),
+        cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
+        other_ues=parse_other_ues(other_ues) if other_ues is not None else [])
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)

@@ -8,12 +8,17 @@ SIGTERM or an error removes exactly what was made, and every finished load stays
    on the trace;
 3. the page, materialised into ``<run dir>/site``, served by nginx (TLS, h2 or HTTP/1.1) in
    the server namespace; the TCP sampler's netlink socket in that namespace;
+   then the background traffic, if any (``orchestrator/crosstraffic.py``: cross traffic
+   through the wireline bottleneck, other UEs' downloads), warmed up for
+   :data:`BACKGROUND_WARMUP_S` and described in the manifest;
 4. for each round, for each scheme (A B C A B C …), one load:
    the scheme's server side (sysctls, its CC as the namespace default; for claw/cqic the BPF
    CC, the ACK-flag reader and the agent) and its client (claw/cqic) → the sampler → the
    loader in the UE namespace → sampler stopped, scheme torn down → the emulator's ground
    truth, the UE's diag feed and the client's estimates cut to the load's time span and
-   written beside the TCP samples in ``loads/NNN-<scheme>/`` → one line in the results.
+   written beside the TCP samples in ``loads/NNN-<scheme>/`` → one line in the results
+   (with ``background_bytes``: what each background activity got across during the load);
+5. the background stopped (its byte totals into the manifest), then the emulator.
 
 A load that fails (the loader's error, a scheme that cannot be set up, a timeout) is recorded
 with its error and the run goes on; the emulator dying ends the run.
@@ -39,6 +44,7 @@ from clawbed.emulator.topology import CellTopology, Shaping
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
+from clawbed.orchestrator.crosstraffic import Background, CrossTrafficSpec, OtherUeSpec, build_activities
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
 from clawbed.replay.rundir import (RunDir, check_name, compress_in_place, default_name, host_facts, read_csv,
@@ -65,6 +71,9 @@ CELL_TRUTH_COLUMNS = ("n_rb", "total_alloc_rbs", "other_alloc_rbs", "other_deman
 UE_TRUTH_COLUMNS = ("alloc_rbs", "demand_rbs", "mcs", "tbs_bits", "queue_bytes", "delivered_bytes",
                     "overflow_drops", "rlc_loss_drops")
 TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
+#: How long background traffic runs before the first load, s: long enough for bulk flows to
+#: leave slow start and fill the bottleneck's queue, so every load meets the same competition.
+BACKGROUND_WARMUP_S = 3.0
 
 
 @dataclass
@@ -93,6 +102,10 @@ class ReplayConfig:
     feedback_period_ms: int = 100
     sample_period_s: float = DEFAULT_PERIOD_S
     output_root: Path = field(default_factory=runs_dir)
+    #: Wired cross traffic, one cross-traffic host each, sharing the wireline bottleneck.
+    cross_traffic: list[CrossTrafficSpec] = field(default_factory=list)
+    #: Other UEs of the cell (UEs 1, 2, …; the loads run on UE 0), each with its downloads.
+    other_ues: list[OtherUeSpec] = field(default_factory=list)
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -128,6 +141,14 @@ class ReplayConfig:
             raise InputError(f"--load-timeout-s {self.load_timeout_s}: must be positive")
         if self.name is not None:
             check_name(self.name)
+        for cross in self.cross_traffic:
+            cross.check()
+        if self.cross_traffic and self.wireline_rate is None:
+            raise InputError("--cross-traffic shares the wireline bottleneck: give --wireline-rate too")
+        for other in self.other_ues:
+            other.check()
+        if len(self.other_ues) > 8:
+            raise InputError(f"--other-ues {len(self.other_ues)}: at most 8")
 
     def plan(self) -> list[tuple[int, str]]:
         """(round, scheme) of every load, schemes interleaved: A B C A B C …"""
@@ -306,7 +327,7 @@ class Replay:
 
     def _run_in(self, res: Resources) -> None:
         cfg = self.config
-        topo = CellTopology(res, n_ues=1)
+        topo = CellTopology(res, n_ues=1 + len(cfg.other_ues))
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
         if cfg.wireline_rate is not None:
@@ -332,6 +353,7 @@ class Replay:
         endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
         client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
         self.run_dir.write_manifest(url=url, emulator={"ready": emu.ready, "config": emu_config.to_json()})
+        activities = self._start_background(res, topo)
         plan = cfg.plan()
         self.on_event(ReplayEvent("ready", len(plan)))
 
@@ -342,20 +364,42 @@ class Replay:
             ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
                                 server_address=str(server_address), server_device=server_device, ues=[endpoint],
                                 feedback_period_ms=cfg.feedback_period_ms, client_args=client_args)
-            record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler)
+            record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities)
             self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s)
             self.run_dir.append_result(record)
             self.records.append(record)
             self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))
+        self._stop_background(activities)
         counters = emu.stop()
         self.run_dir.write_manifest(emulator_counters=counters)
         # Each load kept its own slice; the whole-run feed is kept too, compressed.
         compress_in_place(emu.diag_path(0))
 
+    def _start_background(self, res: Resources, topo: CellTopology) -> list[Background]:
+        """Start the configured cross traffic and other UEs (their processes are on ``res``, so
+        Ctrl-C stops them), let them warm up, and record what runs in the manifest."""
+        cfg = self.config
+        activities = build_activities(cfg.cross_traffic, cfg.other_ues, cfg.seed)
+        for activity in activities:
+            activity.start(res, topo)
+        if activities:
+            time.sleep(BACKGROUND_WARMUP_S)
+        self.run_dir.write_manifest(background=[a.describe() for a in activities])
+        return activities
+
+    def _stop_background(self, activities: list[Background]) -> None:
+        """Stop the background traffic (before the emulator, whose TUNs its counters read) and
+        record each activity's total bytes in the manifest."""
+        totals = [{**a.describe(), "bytes_delivered": a.bytes_delivered()} for a in activities]
+        for activity in activities:
+            activity.stop()
+        if activities:
+            self.run_dir.write_manifest(background=totals)
+
     # -- one load ------------------------------------------------------------------------------
 
     def _one_load(self, index: int, round_: int, scheme_name: str, ctx: SchemeContext, url: str,
-                  ue: Any, sampler: TcpSampler) -> dict[str, Any]:
+                  ue: Any, sampler: TcpSampler, activities: list[Background]) -> dict[str, Any]:
         """Set the scheme up, load the page once while sampling, tear the scheme down; the
         load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator)."""
         cfg = self.config
@@ -364,7 +408,8 @@ class Replay:
             "load": index, "round": round_, "scheme": scheme_name, "ok": False, "error": None, "plt_ms": None,
             "bytes_total": None, "page_bytes": self.page.total_bytes, "protocol": None, "n_objects": None,
             "t_start_unix_s": None, "t_end_unix_s": None, "flows": 0, "retransmits": None,
-            "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": []}
+            "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": [],
+            "background_bytes": {}}
         scheme = get_scheme(scheme_name)()
         try:
             _setup_scheme(scheme, ctx)
@@ -375,10 +420,14 @@ class Replay:
                 bpffs = scheme.bpffs.path
             sampler.reset(claw_bpffs=bpffs)
             sampler.start()
+            background_before = {a.name: a.bytes_delivered() for a in activities}
             record["t_start_unix_s"] = time.time()
             result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
                                       http1=cfg.http_version == "1.1", log_dir=load_dir)
             record["t_end_unix_s"] = time.time()
+            # What the background got across while the page loaded: the competition it met.
+            record["background_bytes"] = {a.name: a.bytes_delivered() - background_before[a.name]
+                                          for a in activities}
             record.update(ok=bool(result.ok), error=result.error, plt_ms=result.plt_ms,
                           bytes_total=result.bytes_total, protocol=result.protocol,
                           n_objects=len(result.objects), objects=[_plain(o) for o in result.objects])
