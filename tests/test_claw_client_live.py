@@ -276,8 +276,11 @@ def test_reports_are_authenticated_and_follow_the_echoed_rtt(live: LiveRun) -> N
     seqs = [f.seq for f in live.agent_reports]
     assert seqs == sorted(set(seqs))
     assert live.client_report["counters"]["echoes"] >= 20
-    srtt_ms = round(live.agent_srtts[-2] / 1000)
-    assert abs(live.agent_reports[-1].window_ms - srtt_ms) <= max(5, srtt_ms // 4)
+    # The last report's window is the srtt of an echo the client had received by then: one
+    # of the last few (a loaded machine delays echoes), not necessarily the one just before.
+    window_ms = live.agent_reports[-1].window_ms
+    recent_ms = [round(s / 1000) for s in live.agent_srtts[-6:-1]]
+    assert any(abs(window_ms - s) <= max(5, s // 4) for s in recent_ms), (window_ms, recent_ms)
     assert live.client_report["ended_by"] == "signal"
 
 
