@@ -32,6 +32,8 @@ MAX_UES = 64
 MAX_DELAY_MS = 10_000.0
 #: Default diag feed port on 127.0.0.1 in each UE namespace.
 DEFAULT_DIAG_PORT = 5775
+#: CPU numbers an affinity list may hold (glibc's CPU_SETSIZE).
+MAX_CPUS = 1024
 
 _RATE_UNITS = {"": 1.0, "bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _RATE = re.compile(r"^([0-9]*\.?[0-9]+)([a-z]*)$")
@@ -197,6 +199,8 @@ class UeConfig(_Model):
     uplink_mahimahi_trace: Path | None = Field(None, description="Mahimahi uplink trace (any mode)")
     rate: str | None = Field(None, description="downlink rate, mode rate, e.g. 12mbit")
     uplink_rate: str | None = Field(None, description="uplink rate (any mode), e.g. 5mbit")
+    uplink_queue_limit_bytes: int = Field(3 * 1024 * 1024, ge=1, le=1 << 30,
+                                          description="drop-tail limit of the UE's uplink buffer, bytes")
     diag_port: int = Field(DEFAULT_DIAG_PORT, ge=0, le=65535, description="0: any free port")
     cell: UeCellConfig = Field(default_factory=UeCellConfig)
 
@@ -235,6 +239,26 @@ class DiagConfig(_Model):
     """Diag feed options."""
 
     stats_period_ms: int = Field(1, ge=1, description="period of the cumulative RLC/PDCP statistics, ms")
+    file: bool = Field(True, description="also write each UE's feed to diag-ue<N>.jsonl (off for a big cell: "
+                                         "the feed then costs nothing while no subscriber is connected)")
+
+
+class AffinityConfig(_Model):
+    """CPUs each of the emulator's threads may run on (empty: any)."""
+
+    cell: list[int] = Field(default_factory=list, description="cb-cell: the subframe clock")
+    tx: list[int] = Field(default_factory=list, description="cb-tx: every TUN write")
+    io: list[int] = Field(default_factory=list, description="cb-io: every TUN read")
+    diag: list[int] = Field(default_factory=list, description="cb-diag: the diag feed")
+    record: list[int] = Field(default_factory=list, description="cb-record: ground truth and packet log")
+
+    @field_validator("cell", "tx", "io", "diag", "record")
+    @classmethod
+    def _cpus(cls, cpus: list[int]) -> list[int]:
+        for cpu in cpus:
+            if not 0 <= cpu < MAX_CPUS:
+                raise ValueError(f"CPU {cpu} is not in 0..{MAX_CPUS - 1}")
+        return cpus
 
 
 class EmulatorConfig(_Model):
@@ -245,7 +269,15 @@ class EmulatorConfig(_Model):
     output_dir: Path = Field(description="diag files, ground truth, packet log (created by the emulator)")
     duration_s: float | None = Field(None, gt=0.0, le=1e7, description="stop after this much emulated time, s")
     loop_trace: bool = True
-    realtime_priority: int | None = Field(None, ge=1, le=99, description="SCHED_FIFO priority of the cell thread")
+    background_trace: Path | None = Field(None, description="PHY trace of the cell's other users (mode cell); "
+                                                            "default: UE 0's trace")
+    realtime_priority: int | None = Field(None, ge=0, le=99, description="SCHED_FIFO priority of the cell and "
+                                                                         "writer threads; 0: normal priority; "
+                                                                         "default (unset): the binary's, 10")
+    affinity: AffinityConfig = Field(default_factory=AffinityConfig)
+    tun_offload: bool = Field(True, description="TUN segmentation offload: TCP super-packets in (split into "
+                                                "segments at once), merged writes out")
+    cpu_latency_qos: bool = Field(True, description="hold a 0 µs CPU wake-up latency request while running")
     max_packets: int = Field(65_536, ge=64, le=1 << 24, description="packet buffers in flight at most")
     mtu_bytes: int = Field(1500, ge=576, le=9000)
     delays: Delays = Field(default_factory=Delays)
@@ -254,12 +286,21 @@ class EmulatorConfig(_Model):
     diag: DiagConfig = Field(default_factory=DiagConfig)
     cell: CellConfig = Field(default_factory=CellConfig)
 
+    @field_validator("background_trace")
+    @classmethod
+    def _background_exists(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"{path} is not a file")
+        return path.resolve() if path is not None else None
+
     @model_validator(mode="after")
     def _consistent(self) -> "EmulatorConfig":
         # The checks the binary makes across fields, raised with the field's name so the
         # error reads the same as the binary's.
         needs = {Mode.CELL: ("trace", "a PHY trace per UE"), Mode.MAHIMAHI: ("mahimahi_trace", "a Mahimahi trace per UE"),
                  Mode.RATE: ("rate", "a rate per UE")}[self.mode]
+        if self.background_trace is not None and self.mode != Mode.CELL:
+            raise _FieldError("background_trace", "only mode cell has other users")
         addresses: dict[ipaddress.IPv4Address, int] = {}
         for i, ue in enumerate(self.ues):
             if getattr(ue, needs[0]) is None:

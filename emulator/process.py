@@ -12,6 +12,7 @@ closing the stack stops it (by PID) even when :meth:`Emulator.stop` was never re
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -29,8 +30,9 @@ from clawbed.emulator.config import EmulatorConfig
 from clawbed.emulator.diag import diag_file
 from clawbed.emulator.topology import CellTopology
 
-#: The release build of the emulator, relative to the repository root.
-BINARY = REPO_ROOT / "target" / "release" / "clawbed-emu"
+#: The emulator binary: ``$CLAWBED_EMU`` if set (a candidate build under test or
+#: measurement), else the release build in the repository.
+BINARY = Path(os.environ.get("CLAWBED_EMU") or REPO_ROOT / "target" / "release" / "clawbed-emu")
 #: Lines of the emulator's stderr quoted in an error.
 STDERR_TAIL_LINES = 12
 #: Exit code of the binary for a bad config or trace.

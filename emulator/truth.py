@@ -13,7 +13,8 @@ truncated. A complete chunk whose CRC does not match is corruption and raises.
 
 Ground-truth columns are the cell's record flattened (``ues[2].alloc_rbs``), one row per
 subframe; :meth:`Truth.ue` and :meth:`Truth.per_ue` give a UE's series without spelling
-the flattened names.
+the flattened names. The file header's cell facts (``start_sfn``, ``n_rb``, ``n_antennas``)
+are properties of both readers.
 """
 
 from __future__ import annotations
@@ -87,6 +88,30 @@ class ColumnarFile:
     def truncated(self) -> bool:
         return self.truncated_bytes > 0
 
+    @property
+    def origin_unix_ns(self) -> int | None:
+        """Unix time (ns) of the emulator's time zero, the start of subframe 0."""
+        return self._header_int("origin_unix_ns")
+
+    @property
+    def start_sfn(self) -> int | None:
+        """System frame number of subframe 0 (None in a file of an older emulator)."""
+        return self._header_int("start_sfn")
+
+    @property
+    def n_rb(self) -> int | None:
+        """Resource blocks of the cell, N_rb (None in a file of an older emulator)."""
+        return self._header_int("n_rb")
+
+    @property
+    def n_antennas(self) -> int | None:
+        """Transmit antenna ports of the cell (None in a file of an older emulator)."""
+        return self._header_int("n_antennas")
+
+    def _header_int(self, key: str) -> int | None:
+        value = self.header.get(key)
+        return int(value) if value is not None else None
+
     def __getitem__(self, name: str) -> np.ndarray:
         try:
             return self.columns[name]
@@ -116,8 +141,10 @@ class PacketLog(ColumnarFile):
     """The packet log: one row per delivered or dropped packet (times in µs of emulated time)."""
 
     def select(self, *, event: PacketEvent | None = None, direction: Direction | None = None,
-               ue: int | None = None) -> dict[str, np.ndarray]:
-        """The rows matching every given criterion, as a dict of columns."""
+               ue: int | None = None, in_time_order: bool = False) -> dict[str, np.ndarray]:
+        """The rows matching every given criterion, as a dict of columns: in file order (the
+        writer's deliveries and the cell's drops come in interleaved batches), or sorted by
+        ``t_actual_us`` (stable) with ``in_time_order``."""
         keep = np.ones(self.rows, dtype=bool)
         if event is not None:
             keep &= self["event"] == int(event)
@@ -125,7 +152,10 @@ class PacketLog(ColumnarFile):
             keep &= self["direction"] == int(direction)
         if ue is not None:
             keep &= self["ue"] == ue
-        return {name: values[keep] for name, values in self.columns.items()}
+        rows = np.flatnonzero(keep)
+        if in_time_order:
+            rows = rows[np.argsort(self["t_actual_us"][rows], kind="stable")]
+        return {name: values[rows] for name, values in self.columns.items()}
 
 
 def _json_column(values: list[Any]) -> np.ndarray:

@@ -60,7 +60,8 @@ def test_missing_trace_file_is_named(tmp_path: Path) -> None:
 def test_written_config_has_the_binary_keys(tmp_path: Path) -> None:
     config = build(tmp_path, ues=[{"netns": "a", "rate": "2mbit"}], cell={"rsrq": {"noise_db": 0}})
     data = json.loads(config.write(tmp_path / "emu.json").read_text())
-    assert set(data) <= {"mode", "seed", "output_dir", "duration_s", "loop_trace", "realtime_priority", "max_packets",
+    assert set(data) <= {"mode", "seed", "output_dir", "duration_s", "loop_trace", "background_trace",
+                         "realtime_priority", "affinity", "tun_offload", "cpu_latency_qos", "max_packets",
                          "mtu_bytes", "delays", "core", "ues", "diag", "cell"}
     assert data["ues"][0]["rate"] == "2mbit" and data["cell"]["rsrq"]["noise_db"] == 0
     assert Path(data["output_dir"]).is_absolute()
@@ -101,8 +102,10 @@ def test_every_key_is_one_the_binary_reads(tmp_path: Path) -> None:
     delay_trace = tmp_path / "delay.csv"
     delay_trace.write_text("t_ms,core_delay_ms\n0,10\n500,20\n")
     config = build(
-        tmp_path, mode="cell", seed=7, duration_s=2.5, loop_trace=False, realtime_priority=10, max_packets=4096,
-        mtu_bytes=1400, diag={"stats_period_ms": 10},
+        tmp_path, mode="cell", seed=7, duration_s=2.5, loop_trace=False, realtime_priority=0, max_packets=4096,
+        mtu_bytes=1400, diag={"stats_period_ms": 10, "file": False}, background_trace=trace,
+        affinity={"cell": [1], "tx": [1], "io": [0], "diag": [0], "record": [0]}, tun_offload=False,
+        cpu_latency_qos=False,
         delays={"core_down_ms": 3, "core_up_ms": 4, "air_ms": 0.5, "sr_period_ms": 5, "grant_delay_ms": 2,
                 "core_delay_trace": delay_trace, "ignore_trace_core_delay": True},
         core={"netns": "cbxcore", "tun": "cbxtc", "address": "10.64.0.1", "routes": ["10.99.0.0/16"]},
@@ -111,7 +114,7 @@ def test_every_key_is_one_the_binary_reads(tmp_path: Path) -> None:
               "rsrq": {"noise_db": 0.0, "quant_db": 0.5, "hold_ms": 40},
               "rrc": {"enabled": True, "tail_ms": 5000, "promotion_ms": 300}},
         ues=[{"netns": "cbxu0", "tun": "cbxt0", "address": "10.65.0.1", "routes": ["default"], "trace": trace,
-              "trace_offset_ms": 100, "uplink_mahimahi_trace": uplink, "diag_port": 0,
+              "trace_offset_ms": 100, "uplink_mahimahi_trace": uplink, "diag_port": 0, "uplink_queue_limit_bytes": 50_000,
               "cell": {"queue_limit_bytes": 100_000, "rsrp_dbm": -100}},
              {"netns": "cbxu1", "trace": trace, "uplink_rate": "2mbit"}])
     path = config.write(tmp_path / "emu.json")
@@ -122,6 +125,10 @@ def test_every_key_is_one_the_binary_reads(tmp_path: Path) -> None:
     assert resolved["core_up_ns"] == 4_000_000 and resolved["core_tun"] == "cbxtc"
     assert resolved["ues"][0]["downlink"] == {"trace": {"path": str(trace), "offset_ms": 100}}
     assert resolved["ues"][1]["uplink"] == {"rate": {"bps": 2_000_000}}
+    assert resolved["realtime_priority"] is None and resolved["background_trace"] == str(trace)
+    assert resolved["affinity"] == {"cell": [1], "tx": [1], "io": [0], "diag": [0], "record": [0]}
+    assert resolved["tun_offload"] is False and resolved["cpu_latency_qos"] is False and resolved["diag_file"] is False
+    assert resolved["ues"][0]["uplink_queue_limit_bytes"] == 50_000
 
 
 def test_the_binary_refuses_a_key_the_model_refuses(tmp_path: Path) -> None:

@@ -270,6 +270,11 @@ impl<H> Cell<H> {
         self.n_antennas
     }
 
+    /// System frame number of subframe 0 (the primary trace's `start_sfn`, else 0).
+    pub fn start_sfn(&self) -> u16 {
+        self.start_sfn
+    }
+
     /// Number of UEs (their ids are `UeId(0)..UeId(n)`).
     pub fn ue_count(&self) -> usize {
         self.ues.len()
@@ -297,6 +302,14 @@ impl<H> Cell<H> {
             }
             None => false,
         }
+    }
+
+    /// Whether nothing is in flight: no UE holds a packet or a pending HARQ
+    /// retransmission, and no uplink activity waits to be seen. Subframes of an idle cell
+    /// only advance conditions, timers and random draws, so a caller may run them late, in
+    /// batches, without changing any output (as long as it enqueues nothing meanwhile).
+    pub fn is_idle(&self) -> bool {
+        self.ues.iter().all(|u| !u.rlc.holds_packets() && !u.harq.busy() && !u.uplink_active)
     }
 
     /// The first `t_ms` from which no UE has conditions any more (every UE's trace ended);
@@ -445,9 +458,11 @@ impl<H> Cell<H> {
             } else if let Some(Capacity::OpenLoop { bytes }) =
                 now.map(|c| c.capacity).filter(|_| self.rrc_now[i] == RrcState::Connected)
             {
-                // Open loop: the subframe's bytes, no scheduler, no HARQ.
+                // Open loop: the subframe's bytes, no scheduler, no HARQ. A subframe that
+                // carried nothing had no transport block: a budget nobody used is not a
+                // transmission (a phone reports no PDSCH for it either).
                 let payload = u.rlc.fill(t_ms, u64::from(bytes));
-                if bytes > 0 {
+                if payload.len_bytes() > 0 {
                     let block = TransportBlock {
                         harq_id: 0,
                         rv: 0,
@@ -516,6 +531,7 @@ impl<H> Cell<H> {
                     rsrq_db: 0.0,
                     rssi_dbm: 0.0,
                     snr_db: None,
+                    channel_mcs,
                 },
                 mac: MacDlTransportBlock {
                     sfn: frame_num,

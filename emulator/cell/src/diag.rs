@@ -21,7 +21,7 @@
 //!      "Modulation Type": "64QAM"}]}]}
 //! {"type_id": "LTE_PHY_Serv_Cell_Measurement",
 //!  "Subpackets": [{"Current SFN": 12, "Current Subframe Number": 3, "RSRP": -90.0,
-//!    "RSRQ": -11.5625, "RSSI": -61.4, "FTL SNR Rx[0]": 14.0}]}
+//!    "RSRQ": -11.5625, "RSSI": -61.4, "FTL SNR Rx[0]": 14.0}], "channel_mcs": 20}
 //! {"type_id": "LTE_MAC_DL_Transport_Block",
 //!  "Samples": [{"SFN": 12, "Sub-FN": 3, "HARQ ID": 3, "DL TBS (bytes)": 2292,
 //!    "RLC PDUs": 1, "Padding (bytes)": 0}]}
@@ -33,7 +33,9 @@
 //! ```
 //!
 //! A subframe in which the UE is not scheduled still has a record: `Num RBs` 0 and no
-//! transport block (`"Transport Blocks": []`, `"Samples": []`).
+//! transport block (`"Transport Blocks": []`, `"Samples": []`). In open-loop mode a
+//! subframe reports a transport block (its byte budget as `TB Size`, on 0 RBs) only when it
+//! carried data.
 
 use crate::UeId;
 use serde::ser::{SerializeMap, Serializer};
@@ -51,7 +53,7 @@ pub struct TransportBlock {
     /// Whether the block passed its CRC (`CRC Result` 'Pass' / 'Fail').
     pub crc_pass: bool,
     /// Transport block size (`TB Size`), **bytes**. In open-loop mode, the subframe's
-    /// byte budget.
+    /// byte budget (a block is reported only when the subframe carried data).
     pub tb_size_bytes: u32,
     /// MCS of the block (`MCS`); a retransmission reports its first transmission's. 0 in
     /// open-loop mode.
@@ -146,6 +148,10 @@ pub struct ServCellMeasurement {
     /// `FTL SNR Rx[0]`, dB: a rough indication from the channel MCS (MCS − 6 dB, the
     /// inverse of a typical link-adaptation curve); `None` (JSON null) in open-loop mode.
     pub snr_db: Option<f64>,
+    /// The channel-quality MCS at the measurement (the record's `channel_mcs`), sent as the
+    /// message's extra field `channel_mcs` after `Subpackets` (not a MobileInsight field: a
+    /// phone reports CQI instead); `None` (JSON null) in open-loop mode.
+    pub channel_mcs: Option<u8>,
 }
 
 struct ServCellSubpacket<'a>(&'a ServCellMeasurement);
@@ -166,9 +172,10 @@ impl Serialize for ServCellSubpacket<'_> {
 
 impl Serialize for ServCellMeasurement {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(2))?;
+        let mut map = serializer.serialize_map(Some(3))?;
         map.serialize_entry("type_id", "LTE_PHY_Serv_Cell_Measurement")?;
         map.serialize_entry("Subpackets", &[ServCellSubpacket(self)])?;
+        map.serialize_entry("channel_mcs", &self.channel_mcs)?;
         map.end()
     }
 }

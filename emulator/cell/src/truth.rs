@@ -21,7 +21,7 @@ pub struct UeTruth {
     /// RBs the UE received, S_k (a HARQ retransmission's included).
     pub alloc_rbs: u8,
     /// Size of the UE's transport block, bits (0 if none; in open-loop mode, the subframe's
-    /// byte budget × 8).
+    /// byte budget × 8 when it carried data, else 0: no transport block).
     pub tbs_bits: u32,
     /// Whether the transport block was a HARQ retransmission.
     pub harq_retx: bool,

@@ -332,6 +332,39 @@ fn mahimahi_delivers_exactly_the_opportunity_bytes() {
 }
 
 #[test]
+fn open_loop_reports_a_transport_block_only_when_it_carried_data() {
+    let mut cell = one_ue(CellConfig::default(), ConstantRate { rate_bps: 24_000_000 });
+    let mut out = SubframeOutput::new();
+    cell.run_subframe(0, &mut out);
+    assert_eq!(out.diag[0].pdsch.transport_block, None, "an unused budget is no transmission");
+    assert_eq!(out.diag[0].mac.sample, None);
+    assert_eq!((out.truth.ues[0].tbs_bits, out.truth.ues[0].crc_pass), (0, None));
+    assert_eq!(out.diag[0].serv_cell.channel_mcs, None, "open loop has no channel MCS");
+    assert_eq!(cell.enqueue(UeId(0), 100, (0, 0)), Enqueued::Queued);
+    cell.run_subframe(1, &mut out);
+    let tb = out.diag[0].pdsch.transport_block.expect("a block carried the packet");
+    assert_eq!(tb.tb_size_bytes, 3000, "the subframe's byte budget");
+    assert_eq!(out.diag[0].mac.sample.map(|s| s.padding_bytes), Some(2900));
+    assert_eq!(out.truth.ues[0].tbs_bits, 24_000);
+}
+
+#[test]
+fn a_cell_is_idle_when_nothing_is_in_flight() {
+    let mut cell = one_ue(CellConfig::default(), ConstantRate { rate_bps: 24_000_000 });
+    let mut out = SubframeOutput::new();
+    assert!(cell.is_idle());
+    assert_eq!(cell.enqueue(UeId(0), 5000, (0, 0)), Enqueued::Queued);
+    assert!(!cell.is_idle());
+    cell.run_subframe(0, &mut out);
+    assert!(!cell.is_idle(), "2000 bytes still queued");
+    cell.run_subframe(1, &mut out);
+    assert_eq!(out.delivered.len(), 1);
+    assert!(cell.is_idle());
+    cell.uplink_activity(UeId(0));
+    assert!(!cell.is_idle(), "uplink activity waits for the next subframe");
+}
+
+#[test]
 fn constant_rate_link() {
     let mut cell = one_ue(CellConfig::default(), ConstantRate { rate_bps: 24_000_000 });
     let mut saturator = Saturator::new(1, 1500, 100_000);
@@ -455,6 +488,7 @@ fn diag_json_uses_mobileinsight_names() {
     for key in ["HARQ ID", "RV", "NDI", "TB Index", "MCS", "Num RBs"] {
         assert!(tb[key].is_u64(), "{key}");
     }
+    assert_eq!(record["LTE_PHY_Serv_Cell_Measurement"]["channel_mcs"], 20, "the extra field carries the channel MCS");
     let meas = &record["LTE_PHY_Serv_Cell_Measurement"]["Subpackets"][0];
     for key in ["Current SFN", "Current Subframe Number", "RSRP", "RSRQ", "RSSI", "FTL SNR Rx[0]"] {
         assert!(meas[key].is_number(), "{key}");

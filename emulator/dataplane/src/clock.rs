@@ -1,11 +1,14 @@
-//! Time: the monotonic clock, the real-time subframe clock and its lateness measurement.
+//! Time: the monotonic clock, the shared time base, sleeping to deadlines, the emulator's
+//! threads' scheduling (real-time priority, CPUs), and lateness histograms.
 //!
 //! Every time inside the emulator is a [`Nanos`]: nanoseconds on `CLOCK_MONOTONIC` since the
 //! emulator's time zero (the start of subframe 0), less any time spent paused. Deadlines are
 //! absolute, so a late wake-up does not push later subframes back: lateness does not
 //! accumulate.
 
-use crate::error::{check_os, Context, Result};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use crate::error::check_os;
 
 /// Nanoseconds, on the monotonic clock or relative to the emulator's time zero.
 pub type Nanos = i64;
@@ -15,10 +18,6 @@ pub const NANOS_PER_MS: Nanos = 1_000_000;
 
 /// Nanoseconds per microsecond.
 pub const NANOS_PER_US: Nanos = 1_000;
-
-/// How long before a deadline the sleeper stops sleeping and spins, ns. The kernel's timer
-/// wake-up is usually tens of microseconds late; spinning the rest keeps the error small.
-pub const SPIN_BEFORE_DEADLINE_NS: Nanos = 50 * NANOS_PER_US;
 
 /// Reads `CLOCK_MONOTONIC`, ns.
 pub fn monotonic_now_ns() -> Nanos {
@@ -38,18 +37,29 @@ fn clock_ns(clock: libc::clockid_t) -> Nanos {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
-/// Sleeps until `deadline_ns` on `CLOCK_MONOTONIC` (absolute): `clock_nanosleep` until
-/// [`SPIN_BEFORE_DEADLINE_NS`] before it, then spins. Returns the time read on waking, ns.
+/// The `timespec` of `ns` nanoseconds.
+pub(crate) fn timespec(ns: Nanos) -> libc::timespec {
+    libc::timespec { tv_sec: ns.div_euclid(1_000_000_000), tv_nsec: ns.rem_euclid(1_000_000_000) }
+}
+
+/// Sleeps until `deadline_ns` on `CLOCK_MONOTONIC` (absolute) with `clock_nanosleep`, never
+/// returning before it (an interruption by a signal spins the rest). Returns the time read
+/// on waking, ns.
 pub fn sleep_until(deadline_ns: Nanos) -> Nanos {
-    let sleep_to = deadline_ns - SPIN_BEFORE_DEADLINE_NS;
     let mut now = monotonic_now_ns();
-    if now < sleep_to {
-        let ts = libc::timespec { tv_sec: sleep_to / 1_000_000_000, tv_nsec: sleep_to % 1_000_000_000 };
+    if now < deadline_ns {
+        let ts = timespec(deadline_ns);
         // SAFETY: `ts` is valid; an interruption by a signal (EINTR) just shortens the sleep,
-        // the spin below covers the rest.
+        // the loop below covers the rest.
         unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
         now = monotonic_now_ns();
     }
+    spin_until(deadline_ns, now)
+}
+
+/// Spins until `deadline_ns` (monotonic); `now` is a recent reading. Returns the time read
+/// at the end, ns.
+pub fn spin_until(deadline_ns: Nanos, mut now: Nanos) -> Nanos {
     while now < deadline_ns {
         std::hint::spin_loop();
         now = monotonic_now_ns();
@@ -57,14 +67,69 @@ pub fn sleep_until(deadline_ns: Nanos) -> Nanos {
     now
 }
 
-/// The emulator's time base: maps the monotonic clock to emulated time and back, and stops
-/// while paused.
-#[derive(Debug, Clone, Copy)]
+/// How long before a deadline a precise sleeper wakes to spin the rest, learnt from how
+/// late the kernel wakes it: a timer wake-up is tens of microseconds late on a virtual
+/// machine and a few on an idle host, and every microsecond of margin is spent spinning,
+/// once per deadline. The margin is the 90th percentile of the last [`SpinMargin::WINDOW`]
+/// wake-ups' lateness: nine wake-ups in ten are on time, and the rare slow one (a virtual
+/// CPU descheduled for milliseconds) does not make every later wake-up spin for it.
+#[derive(Debug, Clone)]
+pub struct SpinMargin {
+    margin_ns: Nanos,
+    recent: [Nanos; SpinMargin::WINDOW],
+    seen: usize,
+}
+
+impl SpinMargin {
+    /// Wake-ups the margin is learnt from.
+    pub const WINDOW: usize = 128;
+    /// Smallest margin, ns.
+    pub const MIN_NS: Nanos = 2 * NANOS_PER_US;
+    /// Largest margin, ns: beyond it, spinning would cost more than the lateness it hides.
+    pub const MAX_NS: Nanos = 100 * NANOS_PER_US;
+    /// The margin is recomputed every this many wake-ups.
+    const EVERY: usize = 32;
+
+    /// A margin starting at 20 µs.
+    pub fn new() -> SpinMargin {
+        SpinMargin { margin_ns: 20 * NANOS_PER_US, recent: [0; SpinMargin::WINDOW], seen: 0 }
+    }
+
+    /// The margin now, ns.
+    pub fn ns(&self) -> Nanos {
+        self.margin_ns
+    }
+
+    /// Learns from a wake-up `late_ns` after the time asked for.
+    pub fn learn(&mut self, late_ns: Nanos) {
+        self.recent[self.seen % SpinMargin::WINDOW] = late_ns.max(0);
+        self.seen += 1;
+        if self.seen % SpinMargin::EVERY == 0 {
+            let n = self.seen.min(SpinMargin::WINDOW);
+            let mut window = self.recent;
+            let rank = n * 9 / 10;
+            let (_, p90, _) = window[..n].select_nth_unstable(rank.min(n - 1));
+            self.margin_ns = (*p90).clamp(SpinMargin::MIN_NS, SpinMargin::MAX_NS);
+        }
+    }
+}
+
+impl Default for SpinMargin {
+    fn default() -> SpinMargin {
+        SpinMargin::new()
+    }
+}
+
+/// The emulator's time base, shared by the threads: maps the monotonic clock to emulated
+/// time and back, and stops while paused.
+#[derive(Debug)]
 pub struct TimeBase {
     /// Monotonic time of the emulator's time zero plus all time spent paused, ns.
-    origin_ns: Nanos,
+    origin_ns: AtomicI64,
     /// Unix time of the emulator's time zero, ns (for the diag feed's timestamps).
-    origin_unix_ns: Nanos,
+    origin_unix_ns: AtomicI64,
+    /// Whether emulated time stands still.
+    paused: AtomicBool,
 }
 
 impl TimeBase {
@@ -72,17 +137,21 @@ impl TimeBase {
     pub fn starting_in(delay_ns: Nanos) -> TimeBase {
         let mono = monotonic_now_ns();
         let unix = realtime_now_ns();
-        TimeBase { origin_ns: mono + delay_ns, origin_unix_ns: unix + delay_ns }
+        TimeBase {
+            origin_ns: AtomicI64::new(mono + delay_ns),
+            origin_unix_ns: AtomicI64::new(unix + delay_ns),
+            paused: AtomicBool::new(false),
+        }
     }
 
     /// Emulated time of the monotonic instant `mono_ns`.
     pub fn emulated(&self, mono_ns: Nanos) -> Nanos {
-        mono_ns - self.origin_ns
+        mono_ns - self.origin_ns.load(Ordering::Acquire)
     }
 
     /// Monotonic instant of emulated time `t_ns`.
     pub fn monotonic(&self, t_ns: Nanos) -> Nanos {
-        t_ns + self.origin_ns
+        t_ns + self.origin_ns.load(Ordering::Acquire)
     }
 
     /// Emulated time now.
@@ -93,33 +162,132 @@ impl TimeBase {
     /// Unix time of the emulator's time zero plus the time spent paused so far, ns:
     /// emulated time `t` (from now on) is Unix time `origin_unix_ns() + t`.
     pub fn origin_unix_ns(&self) -> Nanos {
-        self.origin_unix_ns
+        self.origin_unix_ns.load(Ordering::Acquire)
+    }
+
+    /// Stops emulated time (`true`) or lets it run again (`false`, after [`pause_for`]).
+    ///
+    /// [`pause_for`]: TimeBase::pause_for
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Release);
+    }
+
+    /// Whether emulated time stands still.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Acquire)
     }
 
     /// Shifts the time base forward by `paused_ns` (time spent paused), so emulated time
     /// continues where it stopped.
-    pub fn pause_for(&mut self, paused_ns: Nanos) {
-        self.origin_ns += paused_ns;
-        self.origin_unix_ns += paused_ns;
+    pub fn pause_for(&self, paused_ns: Nanos) {
+        self.origin_ns.fetch_add(paused_ns, Ordering::AcqRel);
+        self.origin_unix_ns.fetch_add(paused_ns, Ordering::AcqRel);
     }
 }
 
-/// Sets the calling thread's timer slack to 1 ns. The default (50 µs) lets the kernel wake
-/// a sleeper up to 50 µs late, which would use up the whole spin margin.
-pub fn minimise_timer_slack() -> Result<()> {
-    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory.
-    check_os(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) })
-        .map(drop)
-        .context(|| "setting the timer slack of the cell thread to 1 ns".into())
+/// What a thread of the emulator asks for itself when it starts.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadSetup {
+    /// Its name (`cb-cell`, `cb-tx`, ...), at most 15 bytes: `ps` and the benchmark read it.
+    pub name: &'static str,
+    /// `SCHED_FIFO` at this priority (1..=99), if set.
+    pub realtime_priority: Option<i32>,
+    /// The CPUs it may run on; empty: any.
+    pub cpus: Vec<usize>,
+    /// Timer slack of 1 ns instead of 50 µs (for threads that sleep to deadlines).
+    pub precise_timers: bool,
 }
 
-/// Asks for `SCHED_FIFO` at `priority` (1..=99) for the calling thread.
-pub fn set_realtime_priority(priority: i32) -> Result<()> {
-    let param = libc::sched_param { sched_priority: priority };
-    // SAFETY: `param` is valid for the call; 0 means the calling thread.
-    check_os(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })
-        .map(drop)
-        .context(|| format!("setting SCHED_FIFO priority {priority} for the cell thread"))
+/// How [`ThreadSetup::apply`] went, for the counters and the log.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ThreadReport {
+    /// The scheduling policy in force: `fifo:<priority>` or `normal`.
+    pub scheduling: String,
+    /// CPUs the thread is pinned to (empty: any).
+    pub cpus: Vec<usize>,
+    /// What was refused (real-time priority without permission, a CPU that is not there);
+    /// the thread runs on without it.
+    pub refused: Vec<String>,
+}
+
+impl ThreadSetup {
+    /// Applies the setup to the calling thread. Nothing here stops the emulator: a refusal
+    /// (no `CAP_SYS_NICE`, `RLIMIT_RTPRIO` 0, a cgroup without real-time budget, a CPU that
+    /// is offline) leaves the thread as it was in that respect, is printed as a warning and
+    /// is listed in the report.
+    pub fn apply(&self) -> ThreadReport {
+        let (mut scheduling, mut cpus, mut refused) = ("normal".to_string(), Vec::new(), Vec::new());
+        let mut refuse = |what: String| {
+            eprintln!("clawbed-emu: warning: thread {}: {what}", self.name);
+            refused.push(what);
+        };
+        if let Ok(name) = std::ffi::CString::new(self.name) {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string (the kernel keeps 15 bytes).
+            if let Err(e) = check_os(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) })
+            {
+                refuse(format!("naming it: {e}"));
+            }
+        }
+        if self.precise_timers {
+            // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory.
+            if let Err(e) = check_os(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) }) {
+                refuse(format!("timer slack 1 ns: {e}"));
+            }
+        }
+        if !self.cpus.is_empty() {
+            // SAFETY: `cpu_set_t` is plain old data; all-zero is the empty set.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            for &cpu in &self.cpus {
+                // SAFETY: the config checked `cpu` below CPU_SETSIZE.
+                unsafe { libc::CPU_SET(cpu, &mut set) };
+            }
+            // SAFETY: `set` is valid for the call; 0 means the calling thread.
+            match check_os(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }) {
+                Ok(_) => cpus = self.cpus.clone(),
+                Err(e) => refuse(format!("CPUs {:?}: {e}", self.cpus)),
+            }
+        }
+        if let Some(priority) = self.realtime_priority {
+            let param = libc::sched_param { sched_priority: priority };
+            // SAFETY: `param` is valid for the call; 0 means the calling thread.
+            match check_os(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) }) {
+                Ok(_) => scheduling = format!("fifo:{priority}"),
+                Err(e) => refuse(format!("SCHED_FIFO priority {priority}: {e}; running at normal priority")),
+            }
+        }
+        ThreadReport { scheduling, cpus, refused }
+    }
+}
+
+/// A PM QoS request for the CPUs' wake-up latency (`/dev/cpu_dma_latency`), held as long
+/// as this value lives: closing the file withdraws it. At 0 µs idle CPUs poll instead of
+/// halting, so a timer wake-up does not first have to wake a halted CPU, which on a virtual
+/// machine means a trip through the hypervisor (on the 2-core development VM: a real-time
+/// 1 ms sleep loop's p99 lateness 1.1 ms without, 72 µs with). The cost is idle CPU
+/// cycles, not the emulator's.
+#[derive(Debug)]
+pub struct CpuLatencyRequest {
+    _file: std::fs::File,
+}
+
+impl CpuLatencyRequest {
+    /// Asks for CPU wake-ups within `max_us` µs.
+    pub fn hold(max_us: i32) -> std::io::Result<CpuLatencyRequest> {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency")?;
+        file.write_all(&max_us.to_ne_bytes())?;
+        Ok(CpuLatencyRequest { _file: file })
+    }
+}
+
+/// Locks the process's memory, present and future, into RAM (`mlockall`), so a real-time
+/// thread never takes a page fault: a fault needs the process's memory-map lock, which a
+/// thread of normal priority may hold (mapping or unmapping memory) while it is
+/// descheduled, for milliseconds. Memory mapped later is populated by the thread that maps
+/// it. Needs `CAP_IPC_LOCK` or a large enough `RLIMIT_MEMLOCK`.
+pub fn lock_memory() -> std::io::Result<()> {
+    // SAFETY: plain syscall with flags only.
+    check_os(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) }).map(drop)
 }
 
 /// A histogram of non-negative durations in microseconds, 1 µs buckets up to
@@ -230,8 +398,27 @@ mod tests {
     }
 
     #[test]
+    fn spin_margin_is_the_recent_90th_percentile() {
+        let mut m = SpinMargin::new();
+        // 1..=128 µs: the 90th percentile is about 116 µs, capped at 100.
+        for us in 1..=128 {
+            m.learn(us * NANOS_PER_US);
+        }
+        assert_eq!(m.ns(), SpinMargin::MAX_NS);
+        // Mostly 10 µs with a rare 10 ms: the rare one does not count.
+        for i in 0..128 {
+            m.learn(if i % 20 == 0 { 10 * NANOS_PER_MS } else { 10 * NANOS_PER_US });
+        }
+        assert_eq!(m.ns(), 10 * NANOS_PER_US);
+        for _ in 0..128 {
+            m.learn(0);
+        }
+        assert_eq!(m.ns(), SpinMargin::MIN_NS);
+    }
+
+    #[test]
     fn time_base_pause_shifts_emulated_time() {
-        let mut tb = TimeBase::starting_in(0);
+        let tb = TimeBase::starting_in(0);
         let mono = monotonic_now_ns();
         let before = tb.emulated(mono);
         tb.pause_for(5 * NANOS_PER_MS);

@@ -37,8 +37,13 @@ pub enum ColumnData {
     I64(Vec<i64>),
     /// IEEE 754 doubles.
     F64(Vec<f64>),
-    /// Anything else, one JSON value per row (stored as one JSON array).
-    Json(Vec<Value>),
+    /// Anything else: the UTF-8 text of one JSON array holding one value per row.
+    Json {
+        /// Number of values in the array.
+        rows: usize,
+        /// The array's text.
+        text: Vec<u8>,
+    },
 }
 
 impl ColumnData {
@@ -51,7 +56,7 @@ impl ColumnData {
             ColumnData::U64(_) => "u64",
             ColumnData::I64(_) => "i64",
             ColumnData::F64(_) => "f64",
-            ColumnData::Json(_) => "json",
+            ColumnData::Json { .. } => "json",
         }
     }
 
@@ -64,7 +69,7 @@ impl ColumnData {
             ColumnData::U64(v) => v.len(),
             ColumnData::I64(v) => v.len(),
             ColumnData::F64(v) => v.len(),
-            ColumnData::Json(v) => v.len(),
+            ColumnData::Json { rows, .. } => *rows,
         }
     }
 
@@ -85,37 +90,8 @@ impl ColumnData {
             ColumnData::U64(v) => le(v, u64::to_le_bytes),
             ColumnData::I64(v) => le(v, i64::to_le_bytes),
             ColumnData::F64(v) => le(v, f64::to_le_bytes),
-            ColumnData::Json(v) => serde_json::to_vec(v).unwrap_or_else(|_| b"[]".to_vec()),
+            ColumnData::Json { text, .. } => text.clone(),
         }
-    }
-
-    /// The narrowest column holding `values`: all booleans → u8; all non-negative integers
-    /// → u64; all integers → i64; all numbers → f64; numbers and booleans with some nulls →
-    /// f64 (true 1, false 0, null NaN); anything else (strings, objects, a mix) → json.
-    pub fn infer(values: Vec<Value>) -> ColumnData {
-        if values.iter().all(Value::is_boolean) {
-            return ColumnData::U8(values.iter().map(|v| u8::from(v.as_bool() == Some(true))).collect());
-        }
-        if let Some(v) = values.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>() {
-            return ColumnData::U64(v);
-        }
-        if let Some(v) = values.iter().map(Value::as_i64).collect::<Option<Vec<i64>>>() {
-            return ColumnData::I64(v);
-        }
-        if let Some(v) = values.iter().map(Value::as_f64).collect::<Option<Vec<f64>>>() {
-            return ColumnData::F64(v);
-        }
-        let as_nullable_f64 = |v: &Value| match v {
-            Value::Null => Some(f64::NAN),
-            Value::Bool(b) => Some(f64::from(u8::from(*b))),
-            other => other.as_f64(),
-        };
-        if !values.iter().all(Value::is_null) {
-            if let Some(v) = values.iter().map(as_nullable_f64).collect::<Option<Vec<f64>>>() {
-                return ColumnData::F64(v);
-            }
-        }
-        ColumnData::Json(values)
     }
 }
 
@@ -129,11 +105,13 @@ pub struct Column {
 }
 
 /// Appends chunks to a `.cbcol` file.
-#[derive(Debug)]
 pub struct ChunkWriter {
     out: BufWriter<File>,
     path: PathBuf,
     chunks_written: u64,
+    /// One compression context for every block: a new one per block would allocate (and
+    /// the allocator map and unmap) a megabyte each time.
+    compressor: zstd::bulk::Compressor<'static>,
 }
 
 impl ChunkWriter {
@@ -156,7 +134,9 @@ impl ChunkWriter {
             .and_then(|()| out.write_all(&header))
             .and_then(|()| out.flush())
             .context(|| format!("writing the header of {}", path.display()))?;
-        Ok(ChunkWriter { out, path: path.to_path_buf(), chunks_written: 0 })
+        let compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)
+            .context(|| format!("creating the zstd context for {}", path.display()))?;
+        Ok(ChunkWriter { out, path: path.to_path_buf(), chunks_written: 0, compressor })
     }
 
     /// Appends one chunk of `columns` (all of the same length) and flushes it to the
@@ -168,7 +148,9 @@ impl ChunkWriter {
         for column in columns {
             let raw = column.data.to_bytes();
             let crc = crc32fast::hash(&raw);
-            let block = zstd::bulk::compress(&raw, ZSTD_LEVEL)
+            let block = self
+                .compressor
+                .compress(&raw)
                 .context(|| format!("compressing column {} for {}", column.name, self.path.display()))?;
             entries.push(json!({
                 "name": column.name,
@@ -271,9 +253,9 @@ pub(crate) mod tests {
         for k in 0..2u64 {
             w.write_chunk(&[
                 Column { name: "t_ms".into(), data: ColumnData::U64(vec![k * 2, k * 2 + 1]) },
-                Column { name: "x".into(), data: ColumnData::infer(vec![json!(-1), json!(2)]) },
-                Column { name: "s".into(), data: ColumnData::infer(vec![json!("a"), Value::Null]) },
-                Column { name: "n".into(), data: ColumnData::infer(vec![json!(true), Value::Null]) },
+                Column { name: "x".into(), data: ColumnData::I64(vec![-1, 2]) },
+                Column { name: "s".into(), data: ColumnData::Json { rows: 2, text: br#"["a",null]"#.to_vec() } },
+                Column { name: "n".into(), data: ColumnData::F64(vec![1.0, f64::NAN]) },
             ])
             .expect("chunk");
         }

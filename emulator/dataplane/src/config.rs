@@ -16,6 +16,9 @@ use crate::delay::ms_to_ns;
 use crate::error::{Error, Result};
 use crate::tun::{Ipv4Prefix, MAX_IFNAME_BYTES};
 
+/// CPU numbers an affinity list may hold (glibc's `CPU_SETSIZE`).
+pub const MAX_CPUS: usize = 1024;
+
 /// What drives the downlink capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -154,13 +157,36 @@ pub struct DiagFile {
     /// The cumulative statistics (`LTE_RLC_DL_Stats`, `LTE_PDCP_DL_Stats`) are sent every
     /// this many subframes, ms (they lose nothing by being sent less often). Default 1.
     pub stats_period_ms: u32,
+    /// Whether every UE's feed is also written to `diag-ue<N>.jsonl` (about 1 MB/s per UE).
+    /// Default true; a big cell may turn it off, and then the feed costs nothing while no
+    /// subscriber is connected.
+    pub file: bool,
 }
 
 impl Default for DiagFile {
     fn default() -> DiagFile {
-        DiagFile { stats_period_ms: 1 }
+        DiagFile { stats_period_ms: 1, file: true }
     }
 }
+
+/// CPUs each of the emulator's threads may run on (an empty list: any).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Affinity {
+    /// The cell thread (`cb-cell`): the subframe clock.
+    pub cell: Vec<usize>,
+    /// The writer thread (`cb-tx`): every TUN write.
+    pub tx: Vec<usize>,
+    /// The reader thread (`cb-io`): every TUN read.
+    pub io: Vec<usize>,
+    /// The diag feed thread (`cb-diag`).
+    pub diag: Vec<usize>,
+    /// The ground-truth and packet-log thread (`cb-record`).
+    pub record: Vec<usize>,
+}
+
+/// Real-time priority of the cell and writer threads when the config does not say.
+pub const DEFAULT_REALTIME_PRIORITY: u32 = 10;
 
 /// The config file as written (every key optional except the namespaces).
 #[derive(Debug, Clone, Deserialize)]
@@ -182,8 +208,16 @@ pub struct FileConfig {
     /// A PHY trace whose `other_rbs` / `other_users` give the cell's other users (mode
     /// cell); without it they come from UE 0's trace.
     pub background_trace: Option<PathBuf>,
-    /// Run the cell thread at SCHED_FIFO with this priority (1..99). Default: normal.
-    pub realtime_priority: Option<u32>,
+    /// Run the cell and writer threads at SCHED_FIFO with this priority (1..99; 0: normal
+    /// priority). Default 10; refused (no permission), a warning and normal priority.
+    pub realtime_priority: u32,
+    /// CPUs each thread may run on.
+    pub affinity: Affinity,
+    /// TUN segmentation offload (super-packets in, merged writes out). Default true.
+    pub tun_offload: bool,
+    /// Hold a 0 µs CPU wake-up latency request (`/dev/cpu_dma_latency`) while running, so
+    /// timer wake-ups are not delayed by halted CPUs. Default true.
+    pub cpu_latency_qos: bool,
     /// Packet buffers in flight at most (each holds one MTU). Default 65536.
     pub max_packets: usize,
     /// MTU of every TUN device, bytes (576..9000). Default 1500.
@@ -209,7 +243,10 @@ impl Default for FileConfig {
             duration_s: None,
             loop_trace: true,
             background_trace: None,
-            realtime_priority: None,
+            realtime_priority: DEFAULT_REALTIME_PRIORITY,
+            affinity: Affinity::default(),
+            tun_offload: true,
+            cpu_latency_qos: true,
             max_packets: 65_536,
             mtu_bytes: 1500,
             delays: Delays::default(),
@@ -313,9 +350,20 @@ pub struct Cli {
     /// Do not repeat traces at their end (the run stops when they end).
     #[arg(long)]
     pub no_loop: bool,
-    /// Run the cell thread at SCHED_FIFO with this priority (1..99).
+    /// Run the cell and writer threads at SCHED_FIFO with this priority (1..99; 0: normal
+    /// priority; default 10).
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u32>,
+    /// Do not use TUN segmentation offload (one read and one write per packet).
+    #[arg(long)]
+    pub no_tun_offload: bool,
+    /// Do not write the diag files (the live feed still works).
+    #[arg(long)]
+    pub no_diag_file: bool,
+    /// Do not hold a CPU wake-up latency request (idle CPUs may halt; timer wake-ups are
+    /// later on a virtual machine).
+    #[arg(long)]
+    pub no_cpu_latency_qos: bool,
     /// Packet buffers in flight at most.
     #[arg(long, value_name = "N")]
     pub max_packets: Option<usize>,
@@ -429,8 +477,14 @@ pub struct Config {
     pub loop_trace: bool,
     /// The cell's background trace (other users), mode cell.
     pub background_trace: Option<PathBuf>,
-    /// SCHED_FIFO priority of the cell thread.
+    /// SCHED_FIFO priority of the cell and writer threads (`None`: normal priority).
     pub realtime_priority: Option<i32>,
+    /// CPUs per thread.
+    pub affinity: Affinity,
+    /// TUN segmentation offload.
+    pub tun_offload: bool,
+    /// Whether a 0 µs CPU wake-up latency request is held.
+    pub cpu_latency_qos: bool,
     /// Packet buffers in flight at most.
     pub max_packets: usize,
     /// TUN MTU, bytes.
@@ -461,6 +515,8 @@ pub struct Config {
     pub ues: Vec<UeSpec>,
     /// RLC/PDCP statistics period of the diag feed, ms.
     pub diag_stats_period_ms: u32,
+    /// Whether the diag files are written.
+    pub diag_file: bool,
     /// The cell model's parameters.
     #[serde(skip)]
     pub cell: cell::CellConfig,
@@ -554,8 +610,15 @@ fn apply_flags(file: &mut FileConfig, cli: &Cli) -> Result<()> {
     if cli.no_loop {
         file.loop_trace = false;
     }
-    if cli.realtime_priority.is_some() {
-        file.realtime_priority = cli.realtime_priority;
+    set!(cli.realtime_priority => file.realtime_priority);
+    if cli.no_tun_offload {
+        file.tun_offload = false;
+    }
+    if cli.no_diag_file {
+        file.diag.file = false;
+    }
+    if cli.no_cpu_latency_qos {
+        file.cpu_latency_qos = false;
     }
     set!(cli.max_packets => file.max_packets);
     set!(cli.mtu => file.mtu_bytes);
@@ -680,10 +743,16 @@ fn validate(file: FileConfig) -> Result<Config> {
         Some(s) => return Err(Error::config("duration_s", format!("must be a positive number of seconds, got {s}"))),
     };
     let realtime_priority = match file.realtime_priority {
-        None => None,
-        Some(p @ 1..=99) => Some(p as i32),
-        Some(p) => return Err(Error::config("realtime_priority", format!("must be 1..=99, got {p}"))),
+        0 => None,
+        p @ 1..=99 => Some(p as i32),
+        p => return Err(Error::config("realtime_priority", format!("must be 0..=99 (0: normal priority), got {p}"))),
     };
+    let a = &file.affinity;
+    for (name, cpus) in [("cell", &a.cell), ("tx", &a.tx), ("io", &a.io), ("diag", &a.diag), ("record", &a.record)] {
+        if let Some(cpu) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
+            return Err(Error::config(format!("affinity.{name}"), format!("CPU {cpu} is not below {MAX_CPUS}")));
+        }
+    }
     if !(576..=9000).contains(&file.mtu_bytes) {
         return Err(Error::config("mtu_bytes", format!("must be 576..=9000, got {}", file.mtu_bytes)));
     }
@@ -807,6 +876,9 @@ fn validate(file: FileConfig) -> Result<Config> {
         loop_trace: file.loop_trace,
         background_trace: file.background_trace.clone(),
         realtime_priority,
+        affinity: file.affinity.clone(),
+        tun_offload: file.tun_offload,
+        cpu_latency_qos: file.cpu_latency_qos,
         max_packets: file.max_packets,
         mtu_bytes: file.mtu_bytes,
         core_down_ns,
@@ -822,6 +894,7 @@ fn validate(file: FileConfig) -> Result<Config> {
         core_routes,
         ues,
         diag_stats_period_ms: file.diag.stats_period_ms,
+        diag_file: file.diag.file,
         cell: file.cell.clone(),
     })
 }

@@ -39,6 +39,11 @@ impl<T> DelayLine<T> {
         self.items.front().map(|&(due, _)| due)
     }
 
+    /// The head and its due time, left in place.
+    pub fn front(&self) -> Option<(Nanos, &T)> {
+        self.items.front().map(|(due, item)| (*due, item))
+    }
+
     /// Removes and returns the head with its due time if it is due at `now_ns`.
     pub fn pop_due(&mut self, now_ns: Nanos) -> Option<(Nanos, T)> {
         if self.next_due_ns()? <= now_ns {

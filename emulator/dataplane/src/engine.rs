@@ -1,43 +1,63 @@
-//! The cell thread: the real-time subframe loop and every delay line.
+//! The cell thread: the real-time subframe loop, the core delay and the uplink buffers.
 //!
 //! ```text
-//! downlink: core TUN ─▶ core delay ─▶ Cell::enqueue … run_subframe(k) ─▶ delivered at end of k + air ─▶ UE TUN
-//! uplink:   UE TUN ─▶ SR + grant, UL capacity per subframe k ─▶ end of k + air + core delay ─▶ core TUN
+//! downlink: core TUN ─▶ core delay ─▶ Cell::enqueue … run_subframe(k) ─▶ due at end of k + air ─▶ writer
+//! uplink:   UE TUN ─▶ SR + grant, UL capacity per subframe k ─▶ due at end of k + air + core delay ─▶ writer
 //! ```
 //!
-//! The thread sleeps until the next deadline, the earlier of the next subframe boundary and
-//! the next packet due at a TUN, so writes happen at their due time and not only at
-//! subframe boundaries. Subframe k runs at k ms: packets whose core delay ended by then are
-//! enqueued, the cell runs, delivered packets are due at (k + 1) ms + air delay. A late
-//! wake-up runs the missed subframes back to back (the emulated timeline has no holes).
-//! Everything that leaves this thread (diag, truth, packet log) goes through bounded
-//! channels with `try_send`: this thread never waits for another.
+//! The thread sleeps until each subframe boundary. Subframe k runs at k ms: packets read
+//! before k ms are taken in, those whose core delay ended by then are enqueued, the cell
+//! runs, delivered packets are handed to the writer thread (`crate::tx`) due at (k + 1) ms +
+//! air delay, which is always ahead of now, so the writer has them before they are due and
+//! this thread never writes to a TUN (a write runs the receiving namespace's stack inline,
+//! tens of microseconds that would otherwise delay the clock). A late wake-up runs the
+//! missed subframes back to back (the emulated timeline has no holes).
+//!
+//! An idle cell (nothing queued anywhere, no diag subscriber) gives the same outputs
+//! whenever its subframes run, so the thread then sleeps up to [`IDLE_BATCH_NS`] and runs
+//! them in a batch; the reader rings its doorbell when a packet arrives, and the batch runs
+//! at once, each subframe seeing only the packets read before its start. An idle emulator
+//! thus wakes 100 times a second, not 1000.
+//!
+//! Everything that leaves this thread (packets, diag, truth, packet-log drops) goes through
+//! bounded lock-free queues: this thread never waits for another.
 
-use cell::{Cell, DiagRecord, DropCause, Enqueued, RrcState, SubframeOutput, TruthRecord, UeId};
-use crossbeam_channel::{Receiver, Sender};
-use serde::Serialize;
+use std::collections::VecDeque;
 use std::sync::Arc;
+
+use cell::{Cell, DropCause, Enqueued, RrcState, SubframeOutput, TruthRecord, UeId};
+use crossbeam_queue::ArrayQueue;
+use serde::Serialize;
 
 use crate::clock::{monotonic_now_ns, sleep_until, Histogram, Nanos, Summary, TimeBase, NANOS_PER_MS};
 use crate::delay::DelayLine;
-use crate::diag::DiagBatch;
+use crate::diag::{DiagBatch, DiagQueue};
+use crate::doorbell::Doorbell;
 use crate::model::UeLinks;
+use crate::offload::Offload;
 use crate::pool::Packet;
-use crate::reader::{Arrival, Devices, Direction};
-use crate::records::{PacketEvent, PacketRecord, Record, TruthRow};
+use crate::reader::{Arrival, Direction};
+use crate::records::{PacketEvent, PacketRecord, RecordQueues, SubframeRecord};
 use crate::signals::Signals;
-use crate::tun::Tun;
+use crate::tx::{Lane, TxItem, TxQueue};
 use crate::uplink::{Uplink, UplinkTiming};
 
 /// How long the paused loop sleeps between looks at the signal flags, ns.
 const PAUSE_POLL_NS: Nanos = 5 * NANOS_PER_MS;
 
+/// Longest an idle cell's subframes wait to be run in a batch, ns: a stop or pause signal
+/// is seen within this, and the diag files get the idle subframes this late.
+pub const IDLE_BATCH_NS: Nanos = 10 * NANOS_PER_MS;
+
 /// A packet inside the emulator, the cell's handle.
 #[derive(Debug)]
 pub struct InFlight {
-    packet: Packet,
+    /// The packet.
+    pub packet: Packet,
+    /// How it goes back to a TUN.
+    pub offload: Offload,
     /// When it was read from its TUN, emulated ns.
-    arrival_ns: Nanos,
+    pub arrival_ns: Nanos,
 }
 
 /// Packets and bytes.
@@ -50,7 +70,8 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, bytes: usize) {
+    /// Counts one packet of `bytes`.
+    pub fn add(&mut self, bytes: usize) {
         self.packets += 1;
         self.bytes += bytes as u64;
     }
@@ -91,9 +112,13 @@ pub struct EngineCounters {
     pub subframes: u64,
     /// Time spent paused, ms.
     pub paused_ms: f64,
-    /// Lateness of the cell thread's wake-up for each subframe, µs.
+    /// Lateness of the cell thread's wake-up for each subframe it ran on time (subframes of
+    /// an idle cell, run in batches on purpose, are not counted), µs.
     pub subframe_lateness: Summary,
-    /// Delivery timing error (actual write − scheduled time) of downlink packets, µs.
+    /// Subframes run in idle batches.
+    pub idle_subframes: u64,
+    /// Delivery timing error (actual write − scheduled time) of downlink packets, µs (from
+    /// the writer thread).
     pub downlink_delivery_error: Summary,
     /// Delivery timing error of uplink packets, µs.
     pub uplink_delivery_error: Summary,
@@ -105,29 +130,30 @@ pub struct EngineCounters {
     pub packet_events_dropped: u64,
     /// Packets the cell refused (zero length).
     pub rejected_by_cell: u64,
+    /// Packets dropped because the writer's queue was full (it holds as many packets as
+    /// the buffer pool, so never in practice).
+    pub tx_queue_full: u64,
     /// Whether the run ended because a trace that does not loop ran out.
     pub trace_ended: bool,
 }
 
-/// One UE's lines.
-struct Lane {
+/// One UE's lines on the cell thread.
+struct UeLane {
     links: UeLinks,
     /// Downlink packets in the core network.
     to_bs: DelayLine<InFlight>,
-    /// Downlink packets carried by the air, waiting for their delivery time.
-    to_ue: DelayLine<InFlight>,
     /// The UE's uplink buffer.
     uplink: Uplink<InFlight>,
-    /// Uplink packets past the air, in the core network.
-    to_core: DelayLine<InFlight>,
 }
 
-/// Channels to the other threads.
+/// The queues to the other threads.
 pub struct Outputs {
-    /// Diag batches, one per subframe.
-    pub diag: Sender<DiagBatch<DiagRecord>>,
-    /// Ground truth and packet events.
-    pub records: Sender<Record<TruthRecord>>,
+    /// Packets to write, to the writer thread.
+    pub tx: Arc<TxQueue>,
+    /// Diag records, to the diag thread.
+    pub diag: Arc<DiagQueue>,
+    /// Ground truth and packet-log drops, to the recorder.
+    pub records: Arc<RecordQueues<TruthRecord>>,
 }
 
 /// The timing parameters of the engine.
@@ -147,31 +173,35 @@ pub struct Timing {
 pub struct Engine {
     cell: Cell<InFlight>,
     out: SubframeOutput<InFlight>,
-    lanes: Vec<Lane>,
-    devices: Arc<Devices>,
-    arrivals: Receiver<Arrival>,
+    lanes: Vec<UeLane>,
+    arrivals: Arc<ArrayQueue<Arrival>>,
+    /// Rung by the reader when it hands over packets (it wakes an idle wait).
+    arrival_bell: Arc<Doorbell>,
+    /// Packets taken from `arrivals` whose subframe has not come yet, in read order.
+    staged: VecDeque<Arrival>,
     outputs: Outputs,
     timing: Timing,
-    time: TimeBase,
+    time: Arc<TimeBase>,
     next_subframe: u64,
     /// The last pause, monotonic ns (empty before the first).
     last_pause_mono_ns: std::ops::Range<Nanos>,
     lateness: Histogram,
-    dl_error: Histogram,
-    ul_error: Histogram,
+    /// Drops decided since the last subframe record.
+    drops: Vec<PacketRecord>,
     counters: EngineCounters,
 }
 
 impl Engine {
-    /// An engine whose time zero is `time`'s.
+    /// An engine whose time zero is `time`'s, reading packets from `arrivals` (the reader
+    /// rings `arrival_bell` when it adds some).
     pub fn new(
         cell: Cell<InFlight>,
         links: Vec<UeLinks>,
-        devices: Arc<Devices>,
-        arrivals: Receiver<Arrival>,
+        arrivals: Arc<ArrayQueue<Arrival>>,
+        arrival_bell: Arc<Doorbell>,
         outputs: Outputs,
         timing: Timing,
-        time: TimeBase,
+        time: Arc<TimeBase>,
     ) -> Engine {
         let n = links.len();
         let lanes = links
@@ -188,12 +218,10 @@ impl Engine {
                     },
                     grant_delay_ns: timing.grant_delay_ns,
                 };
-                Lane {
+                UeLane {
                     uplink: Uplink::new(ul_timing, links.uplink.clone(), links.uplink_queue_limit_bytes),
                     links,
                     to_bs: DelayLine::new(),
-                    to_ue: DelayLine::new(),
-                    to_core: DelayLine::new(),
                 }
             })
             .collect();
@@ -201,34 +229,37 @@ impl Engine {
             cell,
             out: SubframeOutput::new(),
             lanes,
-            devices,
             arrivals,
+            arrival_bell,
+            staged: VecDeque::new(),
             outputs,
             timing,
             time,
             next_subframe: 0,
             last_pause_mono_ns: 0..0,
             lateness: Histogram::new(),
-            dl_error: Histogram::new(),
-            ul_error: Histogram::new(),
+            drops: Vec::new(),
             counters: EngineCounters {
                 ues: vec![UeCounters::default(); n],
                 subframes: 0,
                 paused_ms: 0.0,
                 subframe_lateness: Histogram::new().summary(),
+                idle_subframes: 0,
                 downlink_delivery_error: Histogram::new().summary(),
                 uplink_delivery_error: Histogram::new().summary(),
                 diag_batches_dropped: 0,
                 truth_rows_dropped: 0,
                 packet_events_dropped: 0,
                 rejected_by_cell: 0,
+                tx_queue_full: 0,
                 trace_ended: false,
             },
         }
     }
 
     /// Runs until a stop signal, the configured duration, or the end of a trace that does
-    /// not loop; returns the counters. Packets still inside are counted and dropped.
+    /// not loop; returns the counters. Packets still inside are counted and dropped; the
+    /// queues to the writer, the diag thread and the recorder are closed.
     pub fn run(mut self, signals: &Signals) -> EngineCounters {
         loop {
             if signals.stop_requested() {
@@ -241,29 +272,53 @@ impl Engine {
             // A resume without a pause means nothing; clear it so it cannot end the next
             // pause early.
             signals.take_resume();
-            let deadline = self.next_deadline();
-            let now = self.time.emulated(sleep_until(self.time.monotonic(deadline)));
-            // Packets due now go out before the subframe runs: with an integer air delay
-            // their time coincides with a boundary, and running the cell first would make
-            // them late by the subframe's processing time.
-            self.write_due();
-            self.take_arrivals();
             let boundary = self.next_subframe as Nanos * NANOS_PER_MS;
-            if now >= boundary {
-                self.lateness.record(now - boundary);
-                self.run_subframe(now - boundary);
-                if self.finished() {
-                    break;
+            let ticket = self.arrival_bell.ticket();
+            let idle = self.idle();
+            let now = if idle {
+                self.arrival_bell.wait(ticket, Some(self.time.monotonic(boundary + IDLE_BATCH_NS)));
+                self.time.now()
+            } else {
+                // No spinning: the subframe's decisions depend on the packets' own
+                // timestamps, not on when this thread wakes, and its outputs are due a
+                // subframe later.
+                self.time.emulated(sleep_until(self.time.monotonic(boundary)))
+            };
+            while let Some(a) = self.arrivals.pop() {
+                self.staged.push_back(a);
+            }
+            // Every subframe whose boundary has passed (one, unless late or idle).
+            while self.next_subframe as Nanos * NANOS_PER_MS <= now {
+                let start = self.next_subframe as Nanos * NANOS_PER_MS;
+                self.take_arrivals(start);
+                if idle {
+                    self.counters.idle_subframes += 1;
+                } else {
+                    self.lateness.record(now - start);
                 }
-                self.write_due();
+                self.run_subframe(now - start);
+                if self.finished() {
+                    return self.shut_down();
+                }
             }
         }
         self.shut_down()
     }
 
+    /// Whether nothing is queued anywhere and nobody watches the diag feed live: then the
+    /// subframes may run late, in a batch.
+    fn idle(&self) -> bool {
+        self.staged.is_empty()
+            && self.arrivals.is_empty()
+            && !self.outputs.diag.has_subscribers()
+            && self.cell.is_idle()
+            && self.lanes.iter().all(|l| l.to_bs.is_empty() && l.uplink.queued_bytes() == 0)
+    }
+
     /// Stays paused until resumed or stopped; the time spent does not count as emulated time.
     fn pause(&mut self, signals: &Signals) {
         let start = monotonic_now_ns();
+        self.time.set_paused(true);
         while !signals.take_resume() && !signals.stop_requested() {
             sleep_until(monotonic_now_ns() + PAUSE_POLL_NS);
             // Pauses asked for while paused change nothing.
@@ -273,6 +328,10 @@ impl Engine {
         let paused_ns = end - start;
         self.last_pause_mono_ns = start..end;
         self.time.pause_for(paused_ns);
+        self.time.set_paused(false);
+        // The writer sleeps while paused; its due times are now further away in
+        // monotonic time.
+        self.outputs.tx.ring();
         self.counters.paused_ms += paused_ns as f64 / NANOS_PER_MS as f64;
     }
 
@@ -288,20 +347,10 @@ impl Engine {
         false
     }
 
-    /// The next subframe boundary or packet write, whichever is first (emulated ns).
-    fn next_deadline(&self) -> Nanos {
-        let boundary = self.next_subframe as Nanos * NANOS_PER_MS;
-        self.lanes
-            .iter()
-            .flat_map(|l| [l.to_ue.next_due_ns(), l.to_core.next_due_ns()])
-            .flatten()
-            .fold(boundary, Nanos::min)
-    }
-
-    /// Moves packets read by the I/O thread into the core delay (downlink) or the UE's
-    /// uplink buffer.
-    fn take_arrivals(&mut self) {
-        while let Ok(a) = self.arrivals.try_recv() {
+    /// Moves the staged packets read by `start_ns` (emulated) into the core delay
+    /// (downlink) or the UE's uplink buffer.
+    fn take_arrivals(&mut self, start_ns: Nanos) {
+        while let Some(a) = self.staged.front() {
             // A packet read while paused arrived, in emulated time, at the resume: the
             // clock stood still.
             let read_at = if self.last_pause_mono_ns.contains(&a.read_at_mono_ns) {
@@ -310,10 +359,14 @@ impl Engine {
                 a.read_at_mono_ns
             };
             let arrival_ns = self.time.emulated(read_at);
+            if arrival_ns > start_ns {
+                break;
+            }
+            let Some(a) = self.staged.pop_front() else { break };
             let ue = usize::from(a.ue);
             let Some(lane) = self.lanes.get_mut(ue) else { continue };
             let len = a.packet.len_bytes();
-            let item = InFlight { packet: a.packet, arrival_ns };
+            let item = InFlight { packet: a.packet, offload: a.offload, arrival_ns };
             match a.direction {
                 Direction::Downlink => {
                     self.counters.ues[ue].downlink.received.add(len);
@@ -324,16 +377,13 @@ impl Engine {
                     self.cell.uplink_activity(UeId(a.ue));
                     if let Err(item) = lane.uplink.arrive(arrival_ns, len as u32, item) {
                         self.counters.ues[ue].uplink.dropped_overflow.add(len);
-                        let event = PacketEvent::DropOverflow;
-                        log_drop(
-                            &self.outputs,
-                            &mut self.counters.packet_events_dropped,
+                        self.drops.push(drop_record(
                             arrival_ns,
                             ue,
                             &item,
-                            event,
+                            PacketEvent::DropOverflow,
                             Direction::Uplink,
-                        );
+                        ));
                     }
                 }
             }
@@ -352,15 +402,8 @@ impl Engine {
                     Enqueued::Queued => {}
                     Enqueued::Dropped(item, _) => {
                         self.counters.ues[i].downlink.dropped_overflow.add(len);
-                        log_drop(
-                            &self.outputs,
-                            &mut self.counters.packet_events_dropped,
-                            start_ns,
-                            i,
-                            &item,
-                            PacketEvent::DropOverflow,
-                            Direction::Downlink,
-                        );
+                        let event = PacketEvent::DropOverflow;
+                        self.drops.push(drop_record(start_ns, i, &item, event, Direction::Downlink));
                     }
                     Enqueued::Rejected(_) => self.counters.rejected_by_cell += 1,
                 }
@@ -368,10 +411,14 @@ impl Engine {
         }
 
         self.cell.run_subframe(k, &mut self.out);
+        let tx = Arc::clone(&self.outputs.tx);
+        // The earliest due time handed over, for waking the writer.
+        let mut earliest = Nanos::MAX;
         let deliver_at = end_ns + self.timing.air_ns;
         for (ue, item) in self.out.delivered.drain(..) {
-            if let Some(lane) = self.lanes.get_mut(ue.index()) {
-                lane.to_ue.push(deliver_at, item);
+            let lane = Lane::of(ue.index(), Direction::Downlink);
+            if hand_over(&tx, TxItem { lane, due_ns: deliver_at, item }, &mut self.counters) {
+                earliest = earliest.min(deliver_at);
             }
         }
         for (ue, item, cause) in self.out.lost.drain(..) {
@@ -383,27 +430,7 @@ impl Engine {
                 DropCause::Overflow => PacketEvent::DropOverflow,
                 DropCause::RlcLoss => PacketEvent::DropRlc,
             };
-            log_drop(
-                &self.outputs,
-                &mut self.counters.packet_events_dropped,
-                start_ns,
-                i,
-                &item,
-                event,
-                Direction::Downlink,
-            );
-        }
-        let batch = DiagBatch {
-            timestamp_s: (self.time.origin_unix_ns() + start_ns) as f64 / 1e9,
-            t_ms: k,
-            records: std::mem::take(&mut self.out.diag),
-        };
-        if self.outputs.diag.try_send(batch).is_err() {
-            self.counters.diag_batches_dropped += 1;
-        }
-        let row = TruthRow { t_ms: k, wake_lateness_ns: lateness_ns, truth: std::mem::take(&mut self.out.truth) };
-        if self.outputs.records.try_send(Record::Truth(row)).is_err() {
-            self.counters.truth_rows_dropped += 1;
+            self.drops.push(drop_record(start_ns, i, &item, event, Direction::Downlink));
         }
 
         for (i, lane) in self.lanes.iter_mut().enumerate() {
@@ -411,54 +438,67 @@ impl Engine {
             if self.cell.rrc_state(UeId(i as u16)) != Some(RrcState::Connected) {
                 continue;
             }
-            let due = end_ns + self.timing.air_ns + lane.links.core_up.at(end_ns);
-            let to_core = &mut lane.to_core;
+            let due_ns = end_ns + self.timing.air_ns + lane.links.core_up.at(end_ns);
+            let lane_id = Lane::of(i, Direction::Uplink);
+            let counters = &mut self.counters;
             lane.uplink.transmit(k, |item| {
-                to_core.push(due, item);
+                if hand_over(&tx, TxItem { lane: lane_id, due_ns, item }, counters) {
+                    earliest = earliest.min(due_ns);
+                }
             });
+        }
+        if earliest != Nanos::MAX {
+            tx.wake_for(earliest);
+        }
+
+        // The vectors handed over come back emptied from their consumers, so this thread
+        // allocates nothing in steady state.
+        let n_ues = self.lanes.len();
+        if self.outputs.diag.wanted() {
+            let spare = self.outputs.diag.spare_records().unwrap_or_else(|| Vec::with_capacity(n_ues));
+            let batch = DiagBatch {
+                timestamp_s: (self.time.origin_unix_ns() + start_ns) as f64 / 1e9,
+                t_ms: k,
+                records: std::mem::replace(&mut self.out.diag, spare),
+            };
+            if !self.outputs.diag.publish(batch) {
+                self.counters.diag_batches_dropped += 1;
+            }
+        }
+        let records = &self.outputs.records;
+        let spare = records
+            .truth_record()
+            .unwrap_or_else(|| TruthRecord { ues: Vec::with_capacity(n_ues), ..TruthRecord::default() });
+        let truth = std::mem::replace(&mut self.out.truth, spare);
+        let drops =
+            if self.drops.is_empty() { Vec::new() } else { std::mem::replace(&mut self.drops, records.batch()) };
+        let record = SubframeRecord { t_ms: k, wake_lateness_ns: lateness_ns, truth, drops };
+        if let Err(record) = self.outputs.records.subframes.push(record) {
+            self.counters.truth_rows_dropped += 1;
+            self.counters.packet_events_dropped += record.drops.len() as u64;
         }
         self.next_subframe += 1;
         self.counters.subframes += 1;
     }
 
-    /// Writes every packet whose delivery time has come.
-    fn write_due(&mut self) {
-        let devices = Arc::clone(&self.devices);
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
-            let c = &mut self.counters.ues[i];
-            drain_line(
-                &mut lane.to_ue,
-                &devices.ues[i],
-                &self.time,
-                &mut c.downlink,
-                &mut self.dl_error,
-                i,
-                Direction::Downlink,
-                &self.outputs,
-                &mut self.counters.packet_events_dropped,
-            );
-            drain_line(
-                &mut lane.to_core,
-                &devices.core,
-                &self.time,
-                &mut c.uplink,
-                &mut self.ul_error,
-                i,
-                Direction::Uplink,
-                &self.outputs,
-                &mut self.counters.packet_events_dropped,
-            );
-        }
-    }
-
-    /// Counts what is still inside, drops it, and returns the counters.
+    /// Counts what is still inside, drops it, closes the queues to the other threads and
+    /// returns the counters.
     fn shut_down(mut self) -> EngineCounters {
+        for a in self.staged.drain(..) {
+            let Some(c) = self.counters.ues.get_mut(usize::from(a.ue)) else { continue };
+            let c = match a.direction {
+                Direction::Downlink => &mut c.downlink,
+                Direction::Uplink => &mut c.uplink,
+            };
+            c.received.add(a.packet.len_bytes());
+            c.in_flight_at_shutdown.add(a.packet.len_bytes());
+        }
         for (i, lane) in self.lanes.iter_mut().enumerate() {
             let c = &mut self.counters.ues[i];
-            for (_, item) in lane.to_bs.drain().chain(lane.to_ue.drain()) {
+            for (_, item) in lane.to_bs.drain() {
                 c.downlink.in_flight_at_shutdown.add(item.packet.len_bytes());
             }
-            for item in lane.uplink.drain().chain(lane.to_core.drain().map(|(_, item)| item)) {
+            for item in lane.uplink.drain() {
                 c.uplink.in_flight_at_shutdown.add(item.packet.len_bytes());
             }
             // Packets in the cell's queue: their bytes only (the cell does not give them back).
@@ -466,65 +506,35 @@ impl Engine {
                 c.downlink.in_flight_at_shutdown.bytes += bytes;
             }
         }
+        self.outputs.tx.close();
+        self.outputs.diag.close();
         self.counters.subframe_lateness = self.lateness.summary();
-        self.counters.downlink_delivery_error = self.dl_error.summary();
-        self.counters.uplink_delivery_error = self.ul_error.summary();
         self.counters
     }
 }
 
-/// Writes the due packets of `line` to `tun`, timing and logging each.
-#[allow(clippy::too_many_arguments)] // the one place these meet; a struct would only rename them
-fn drain_line(
-    line: &mut DelayLine<InFlight>,
-    tun: &Tun,
-    time: &TimeBase,
-    c: &mut DirectionCounters,
-    error: &mut Histogram,
-    ue: usize,
-    direction: Direction,
-    outputs: &Outputs,
-    events_dropped: &mut u64,
-) {
-    while let Some((due, item)) = line.pop_due(time.now()) {
-        let bytes = item.packet.bytes();
-        // The packet is delivered when the kernel takes it: the write runs the receiving
-        // namespace's stack inline, which is the receiver's time, not the emulator's.
-        let actual = time.now();
-        let result = tun.write(bytes);
-        match result {
-            Ok(_) => {
-                c.delivered.add(bytes.len());
-                error.record(actual - due);
-                let record = PacketRecord {
-                    actual_ns: actual,
-                    scheduled_ns: due,
-                    arrival_ns: item.arrival_ns,
-                    ue: ue as u16,
-                    bytes: bytes.len() as u32,
-                    event: PacketEvent::Deliver,
-                    direction,
+/// Hands `item` to the writer; returns whether it went (else it is dropped and counted).
+fn hand_over(tx: &TxQueue, item: TxItem, counters: &mut EngineCounters) -> bool {
+    match tx.push(item) {
+        Ok(()) => true,
+        Err(item) => {
+            counters.tx_queue_full += 1;
+            let (ue, direction) = item.lane.ue_and_direction();
+            if let Some(c) = counters.ues.get_mut(ue) {
+                let c = match direction {
+                    Direction::Downlink => &mut c.downlink,
+                    Direction::Uplink => &mut c.uplink,
                 };
-                if outputs.records.try_send(Record::Packet(record)).is_err() {
-                    *events_dropped += 1;
-                }
+                c.write_errors.add(item.item.packet.len_bytes());
             }
-            Err(_) => c.write_errors.add(bytes.len()),
+            false
         }
     }
 }
 
-/// Logs a drop at `t_ns`.
-fn log_drop(
-    outputs: &Outputs,
-    events_dropped: &mut u64,
-    t_ns: Nanos,
-    ue: usize,
-    item: &InFlight,
-    event: PacketEvent,
-    direction: Direction,
-) {
-    let record = PacketRecord {
+/// The packet-log row of a drop at `t_ns`.
+fn drop_record(t_ns: Nanos, ue: usize, item: &InFlight, event: PacketEvent, direction: Direction) -> PacketRecord {
+    PacketRecord {
         actual_ns: t_ns,
         scheduled_ns: t_ns,
         arrival_ns: item.arrival_ns,
@@ -532,8 +542,5 @@ fn log_drop(
         bytes: item.packet.len_bytes() as u32,
         event,
         direction,
-    };
-    if outputs.records.try_send(Record::Packet(record)).is_err() {
-        *events_dropped += 1;
     }
 }

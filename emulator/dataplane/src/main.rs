@@ -12,26 +12,23 @@ use std::sync::Arc;
 use std::thread;
 
 use clap::Parser;
+use crossbeam_queue::ArrayQueue;
 use serde_json::json;
 
-use emulator::clock::{TimeBase, NANOS_PER_MS};
+use emulator::clock::{lock_memory, CpuLatencyRequest, ThreadReport, ThreadSetup, TimeBase, NANOS_PER_MS};
 use emulator::config::{Cli, Config};
-use emulator::diag::DiagServer;
+use emulator::diag::{DiagQueue, DiagServer};
+use emulator::doorbell::Doorbell;
 use emulator::engine::{Engine, InFlight, Outputs, Timing};
 use emulator::error::{Context, Error, Result};
 use emulator::netns::Namespace;
 use emulator::pool::Pool;
 use emulator::reader::{Demux, Devices, Reader};
-use emulator::records;
+use emulator::records::{self, RecordQueues};
 use emulator::signals::Signals;
 use emulator::tun::{Ipv4Prefix, LinkSetup, Tun};
+use emulator::tx::{Lane, TxQueue, Writer};
 
-/// Capacity of the I/O thread → cell thread queue, packets (a few ms at 10 Gbit/s).
-const ARRIVAL_QUEUE_PACKETS: usize = 32_768;
-/// Capacity of the cell thread → diag thread queue, subframes (2 s).
-const DIAG_QUEUE_SUBFRAMES: usize = 2_000;
-/// Capacity of the cell thread → recorder queue, records.
-const RECORD_QUEUE_ITEMS: usize = 1 << 17;
 /// Time zero is this long after setup ends, so the threads are running by subframe 0.
 const START_DELAY_NS: i64 = 20 * NANOS_PER_MS;
 
@@ -51,6 +48,29 @@ fn prefixes(routes: &[String], field: &str) -> Result<Vec<Ipv4Prefix>> {
     routes.iter().map(|r| r.parse().map_err(|e: String| Error::config(field, e))).collect()
 }
 
+/// Starts a thread that applies `setup` to itself, then runs `work`.
+fn spawn<T: Send + 'static>(
+    setup: ThreadSetup,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<thread::JoinHandle<(T, ThreadReport)>> {
+    let name = setup.name;
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let report = setup.apply();
+            (work(), report)
+        })
+        .context(|| format!("starting thread {name}"))
+}
+
+/// Joins a thread started by [`spawn`].
+fn join<T>(handle: thread::JoinHandle<(T, ThreadReport)>, what: &str) -> Result<(T, ThreadReport)> {
+    handle.join().map_err(|_| Error::Os {
+        attempted: format!("joining the {what} thread"),
+        source: std::io::Error::other("it panicked"),
+    })
+}
+
 fn run(cli: &Cli) -> Result<()> {
     let config = Config::load(cli)?;
     let (cell, links) = emulator::model::build::<InFlight>(&config)?;
@@ -59,6 +79,17 @@ fn run(cli: &Cli) -> Result<()> {
         return Ok(());
     }
     let signals = Signals::install()?;
+    // Before the queues, the pool and the threads exist, so they are locked as they are made.
+    let memory_locked = match config.realtime_priority {
+        None => json!(false),
+        Some(_) => match lock_memory() {
+            Ok(()) => json!(true),
+            Err(e) => {
+                eprintln!("clawbed-emu: warning: locking memory (mlockall): {e}; real-time threads may page-fault");
+                json!(format!("refused: {e}"))
+            }
+        },
+    };
 
     let core_ns = Namespace::open(&config.core_netns, "core.netns")?;
     let ue_ns = config
@@ -75,6 +106,7 @@ fn run(cli: &Cli) -> Result<()> {
             address: config.core_address,
             mtu_bytes: config.mtu_bytes,
             routes: prefixes(&config.core_routes, "core.routes")?,
+            offload: config.tun_offload,
         },
     )?;
     let mut ue_tuns = Vec::with_capacity(config.ues.len());
@@ -83,6 +115,7 @@ fn run(cli: &Cli) -> Result<()> {
             address: ue.address,
             mtu_bytes: config.mtu_bytes,
             routes: prefixes(&ue.routes, &format!("ues[{i}].routes"))?,
+            offload: config.tun_offload,
         };
         ue_tuns.push(Tun::create(ns, &ue.tun, &setup)?);
     }
@@ -91,57 +124,74 @@ fn run(cli: &Cli) -> Result<()> {
     std::fs::create_dir_all(&config.output_dir)
         .context(|| format!("creating the output directory {}", config.output_dir.display()))?;
     let diag_at: Vec<(&Namespace, u16)> = ue_ns.iter().zip(&config.ues).map(|(ns, ue)| (ns, ue.diag_port)).collect();
-    let (diag_server, endpoints) = DiagServer::bind(&diag_at, &config.output_dir)?;
+    let (diag_server, endpoints) = DiagServer::bind(&diag_at, &config.output_dir, config.diag_file)?;
+    let diag_queue = Arc::new(DiagQueue::new(config.diag_file)?);
 
-    let time = TimeBase::starting_in(START_DELAY_NS);
+    let time = Arc::new(TimeBase::starting_in(START_DELAY_NS));
+    // What a reader of the files and the feed needs to line them up with the trace.
+    let cell_meta = json!({"start_sfn": cell.start_sfn(), "n_rb": cell.n_rb(), "n_antennas": cell.n_antennas()});
     let meta = json!({
         "origin_unix_ns": time.origin_unix_ns(),
         "created_by": concat!("clawbed-emu ", env!("CARGO_PKG_VERSION")),
         "mode": config.mode,
         "seed": config.seed,
+        "start_sfn": cell_meta["start_sfn"],
+        "n_rb": cell_meta["n_rb"],
+        "n_antennas": cell_meta["n_antennas"],
         "ues": config.ues.iter().map(|u| json!({"netns": u.netns, "address": u.address})).collect::<Vec<_>>(),
     });
     let (truth_out, packets_out) = records::create_files(&config.output_dir, &meta)?;
 
     let pool = Pool::new(config.max_packets, config.mtu_bytes as usize);
+    // Both queues hold as many packets as the pool has buffers: a packet that got a buffer
+    // always fits.
+    let arrivals = Arc::new(ArrayQueue::new(config.max_packets));
+    let arrival_bell = Arc::new(Doorbell::new());
     let reader = Reader::new(
         Arc::clone(&devices),
         Demux::new(&config.ues.iter().map(|u| u.address).collect::<Vec<_>>()),
-        Arc::clone(&pool),
+        pool,
+        Arc::clone(&arrivals),
+        Arc::clone(&arrival_bell),
     )?;
-    let (arrival_tx, arrival_rx) = crossbeam_channel::bounded(ARRIVAL_QUEUE_PACKETS);
-    let (diag_tx, diag_rx) = crossbeam_channel::bounded(DIAG_QUEUE_SUBFRAMES);
-    let (record_tx, record_rx) = crossbeam_channel::bounded(RECORD_QUEUE_ITEMS);
+    let tx_queue = Arc::new(TxQueue::new(config.max_packets));
+    let record_queues = Arc::new(RecordQueues::new());
     let stop_reading = Arc::new(AtomicBool::new(false));
 
+    let affinity = &config.affinity;
+    let plain =
+        |name: &'static str, cpus: &Vec<usize>| ThreadSetup { name, cpus: cpus.clone(), ..ThreadSetup::default() };
+    let timed = |name: &'static str, cpus: &Vec<usize>| ThreadSetup {
+        name,
+        realtime_priority: config.realtime_priority,
+        cpus: cpus.clone(),
+        precise_timers: true,
+    };
     let stats_period = u64::from(config.diag_stats_period_ms);
-    let diag_thread = thread::Builder::new()
-        .name("cb-diag".into())
-        .spawn(move || diag_server.serve(diag_rx, stats_period))
-        .context(|| "starting the diag thread".into())?;
-    let record_thread = thread::Builder::new()
-        .name("cb-record".into())
-        .spawn(move || records::record(record_rx, truth_out, packets_out))
-        .context(|| "starting the recorder thread".into())?;
+    let queue = Arc::clone(&diag_queue);
+    let diag_thread = spawn(plain("cb-diag", &affinity.diag), move || diag_server.serve(queue, stats_period))?;
+    let queues = Arc::clone(&record_queues);
+    let record_thread =
+        spawn(plain("cb-record", &affinity.record), move || records::record(queues, truth_out, packets_out))?;
     let stop = Arc::clone(&stop_reading);
-    let reader_thread = thread::Builder::new()
-        .name("cb-io".into())
-        .spawn(move || reader.run(arrival_tx, &stop))
-        .context(|| "starting the I/O thread".into())?;
+    let reader_thread = spawn(plain("cb-io", &affinity.io), move || reader.run(&stop))?;
+    let writer =
+        Writer::new(Arc::clone(&tx_queue), Arc::clone(&devices), Arc::clone(&time), Arc::clone(&record_queues));
+    let writer_thread = spawn(timed("cb-tx", &affinity.tx), move || writer.run())?;
 
     let engine = Engine::new(
         cell,
         links,
-        Arc::clone(&devices),
-        arrival_rx,
-        Outputs { diag: diag_tx, records: record_tx },
+        arrivals,
+        arrival_bell,
+        Outputs { tx: tx_queue, diag: Arc::clone(&diag_queue), records: Arc::clone(&record_queues) },
         Timing {
             air_ns: config.air_ns,
             sr_period_ns: config.sr_period_ns,
             grant_delay_ns: config.grant_delay_ns,
             duration_ms: config.duration_ms,
         },
-        time,
+        Arc::clone(&time),
     );
     let ready = json!({
         "pid": std::process::id(),
@@ -151,40 +201,73 @@ fn run(cli: &Cli) -> Result<()> {
         })).collect::<Vec<_>>(),
         "output_dir": config.output_dir,
         "origin_unix_ns": time.origin_unix_ns(),
+        "start_sfn": cell_meta["start_sfn"],
+        "n_rb": cell_meta["n_rb"],
+        "n_antennas": cell_meta["n_antennas"],
     });
     println!("ready {ready}");
     // The control plane waits for this line; a closed stdout must not stop the run.
     let _ = std::io::stdout().flush();
 
-    // The cell thread is this one.
-    if let Err(e) = emulator::clock::minimise_timer_slack() {
-        eprintln!("clawbed-emu: warning: {e}");
-    }
-    let mut realtime = json!(null);
-    if let Some(priority) = config.realtime_priority {
-        realtime = match emulator::clock::set_realtime_priority(priority) {
-            Ok(()) => json!(priority),
+    // Held until the end of the run (dropping it withdraws the request).
+    let (_latency_request, latency_qos) = match config.cpu_latency_qos {
+        false => (None, json!(false)),
+        true => match CpuLatencyRequest::hold(0) {
+            Ok(request) => (Some(request), json!(true)),
             Err(e) => {
-                eprintln!("clawbed-emu: warning: {e}; running at normal priority");
-                json!(format!("refused: {e}"))
+                eprintln!("clawbed-emu: warning: requesting 0 µs CPU wake-up latency (/dev/cpu_dma_latency): {e}");
+                (None, json!(format!("refused: {e}")))
             }
-        };
-    }
-    let engine_counters = engine.run(&signals);
-
-    stop_reading.store(true, Ordering::Relaxed);
-    let join_failed = |what: &str| Error::Os {
-        attempted: format!("joining the {what} thread"),
-        source: std::io::Error::other("it panicked"),
+        },
     };
-    let reader_counters = reader_thread.join().map_err(|_| join_failed("I/O"))?;
-    let diag_counters = diag_thread.join().map_err(|_| join_failed("diag"))?;
-    let record_counters = record_thread.join().map_err(|_| join_failed("recorder"))?;
+    // The cell thread is this one.
+    let cell_report = timed("cb-cell", &affinity.cell).apply();
+    let mut engine_counters = engine.run(&signals);
 
+    // The engine closed the writer's and the diag thread's queues; the recorder ends once
+    // the writer (its other producer) has.
+    stop_reading.store(true, Ordering::Relaxed);
+    let (tx, tx_report) = join(writer_thread, "writer")?;
+    record_queues.close();
+    let (reader_counters, io_report) = join(reader_thread, "I/O")?;
+    let (diag_counters, diag_report) = join(diag_thread, "diag")?;
+    let (record_counters, record_report) = join(record_thread, "recorder")?;
+
+    for (index, lane) in tx.lanes.iter().enumerate() {
+        let (ue, direction) = Lane::of_index(index).ue_and_direction();
+        let Some(c) = engine_counters.ues.get_mut(ue) else { continue };
+        let c = match direction {
+            emulator::reader::Direction::Downlink => &mut c.downlink,
+            emulator::reader::Direction::Uplink => &mut c.uplink,
+        };
+        c.delivered = lane.delivered;
+        c.write_errors.packets += lane.write_errors.packets;
+        c.write_errors.bytes += lane.write_errors.bytes;
+        c.in_flight_at_shutdown.packets += lane.in_flight_at_shutdown.packets;
+        c.in_flight_at_shutdown.bytes += lane.in_flight_at_shutdown.bytes;
+    }
+    engine_counters.downlink_delivery_error = tx.downlink_delivery_error;
+    engine_counters.uplink_delivery_error = tx.uplink_delivery_error;
+    engine_counters.packet_events_dropped += tx.packet_events_dropped;
+
+    // The cell thread's scheduling, as before: its priority, a refusal, or null (off).
+    let realtime = match (config.realtime_priority, cell_report.refused.iter().find(|r| r.starts_with("SCHED_FIFO"))) {
+        (None, _) => json!(null),
+        (Some(_), Some(refusal)) => json!(format!("refused: {refusal}")),
+        (Some(priority), None) => json!(priority),
+    };
     let counters = json!({
         "emulated_ms": engine_counters.subframes,
         "realtime_priority": realtime,
+        "tun_offload": config.tun_offload,
+        "cpu_latency_qos": latency_qos,
+        "memory_locked": memory_locked,
+        "threads": {
+            "cb-cell": cell_report, "cb-tx": tx_report, "cb-io": io_report,
+            "cb-diag": diag_report, "cb-record": record_report,
+        },
         "engine": engine_counters,
+        "tx": tx.counters,
         "io": reader_counters,
         "diag": diag_counters,
         "records": record_counters,

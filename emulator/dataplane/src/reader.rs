@@ -3,26 +3,34 @@
 //!
 //! One thread waits on all TUN descriptors with `epoll` and drains each ready device in
 //! batches of up to [`READ_BATCH`] packets, round-robin, so a flood on one device cannot
-//! starve the others. Downlink packets (from the core TUN) are sent to the UE their IPv4
-//! destination belongs to. Only IPv4 is forwarded: anything else (IPv6 router
-//! solicitations, MLD) is dropped and counted per device. Nothing here blocks on the cell
-//! thread: a full hand-over queue or an exhausted buffer pool drops the packet and counts it.
+//! starve the others. Each read lands in one scratch buffer large enough for a super-packet
+//! and is copied into a pooled buffer of the packet's size; a TCP super-packet (segmentation
+//! offload on, `crate::offload`) is split into its MSS segments on the way. Downlink packets
+//! (from the core TUN) are sent to the UE their IPv4 destination belongs to. Only IPv4 is
+//! forwarded: anything else (IPv6 router solicitations, MLD) is dropped and counted per
+//! device. Nothing here blocks on the cell thread: a full hand-over queue or an exhausted
+//! buffer pool drops the packet and counts it.
 
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
 use crate::clock::{monotonic_now_ns, Nanos};
+use crate::doorbell::Doorbell;
 use crate::error::{check_os, is_transient, Context, Result};
+use crate::offload::{split_tcp4, Offload, VnetHdr, VNET_HDR_BYTES};
 use crate::pool::{Packet, Pool};
 use crate::tun::Tun;
 
 /// Packets read from one device before looking at the others.
 pub const READ_BATCH: usize = 64;
+
+/// Size of the read buffer: a virtio header and the largest IPv4 packet.
+const READ_BUFFER_BYTES: usize = VNET_HDR_BYTES + 65_536;
 
 /// How long `epoll_wait` blocks before the thread checks whether it should stop, ms.
 const STOP_POLL_MS: i32 = 20;
@@ -42,6 +50,8 @@ pub enum Direction {
 pub struct Arrival {
     /// The packet.
     pub packet: Packet,
+    /// How it goes back to a TUN (checksum state, super-packet segment).
+    pub offload: Offload,
     /// The UE it comes from (uplink) or goes to (downlink).
     pub ue: u16,
     /// Its direction.
@@ -68,13 +78,21 @@ pub struct ReaderCounters {
     pub non_ipv4_ue: Vec<u64>,
     /// Downlink packets whose destination is no UE's address.
     pub unroutable_downlink: u64,
-    /// Packets dropped because every pooled buffer was in flight.
+    /// Packets dropped because every pooled buffer was in flight (a super-packet's
+    /// segments count one by one).
     pub pool_exhausted: u64,
     /// Packets dropped because the hand-over queue to the cell thread was full (the cell
     /// thread is paused or cannot keep up).
     pub handover_full: u64,
     /// Reads that failed with something other than "nothing waiting".
     pub read_errors: u64,
+    /// Super-packets read (segmentation offload).
+    pub super_packets: u64,
+    /// Segments they were split into.
+    pub segments: u64,
+    /// Packets dropped because their offload header could not be honoured (a segmentation
+    /// type the emulator did not ask for, or a super-packet whose lengths disagree).
+    pub offload_malformed: u64,
 }
 
 /// Maps a downlink destination address to its UE.
@@ -110,13 +128,25 @@ pub struct Reader {
     epoll: OwnedFd,
     devices: Arc<Devices>,
     demux: Demux,
-    pool: Arc<Pool>,
+    pool: &'static Pool,
+    out: Arc<ArrayQueue<Arrival>>,
+    /// Rung after packets were handed over (it wakes an idle cell thread).
+    bell: Arc<Doorbell>,
+    /// Number of the next super-packet (segments carry it, so the writer can merge them).
+    next_train: u32,
     counters: ReaderCounters,
 }
 
 impl Reader {
-    /// Registers every device with a new epoll instance.
-    pub fn new(devices: Arc<Devices>, demux: Demux, pool: Arc<Pool>) -> Result<Reader> {
+    /// Registers every device with a new epoll instance; packets go to `out`, and `bell`
+    /// rings after each batch handed over.
+    pub fn new(
+        devices: Arc<Devices>,
+        demux: Demux,
+        pool: &'static Pool,
+        out: Arc<ArrayQueue<Arrival>>,
+        bell: Arc<Doorbell>,
+    ) -> Result<Reader> {
         // SAFETY: plain syscall; the descriptor is checked and owned.
         let raw = check_os(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })
             .context(|| "creating the epoll instance of the I/O thread".into())?;
@@ -130,16 +160,15 @@ impl Reader {
                 .context(|| format!("watching TUN {} for input", tun.name()))?;
         }
         let counters = ReaderCounters { non_ipv4_ue: vec![0; devices.ues.len()], ..ReaderCounters::default() };
-        Ok(Reader { epoll, devices, demux, pool, counters })
+        Ok(Reader { epoll, devices, demux, pool, out, bell, next_train: 0, counters })
     }
 
-    /// Reads until `stop` is set, sending packets on `out`; returns the counters.
-    pub fn run(mut self, out: Sender<Arrival>, stop: &AtomicBool) -> ReaderCounters {
+    /// Reads until `stop` is set; returns the counters.
+    pub fn run(mut self, stop: &AtomicBool) -> ReaderCounters {
         let n_devices = 1 + self.devices.ues.len();
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; n_devices];
         let mut ready: Vec<usize> = Vec::with_capacity(n_devices);
-        // Reads into this when a packet must be dropped, so the device is still drained.
-        let mut discard = vec![0u8; 65_536];
+        let mut buffer = vec![0u8; READ_BUFFER_BYTES];
         while !stop.load(Ordering::Relaxed) {
             // SAFETY: `events` has room for `n_devices` entries.
             let n = unsafe {
@@ -152,7 +181,9 @@ impl Reader {
             ready.extend(events[..n as usize].iter().map(|e| e.u64 as usize));
             // Round-robin batches until every ready device is drained.
             while !ready.is_empty() {
-                ready.retain(|&token| self.read_batch(token, &out, &mut discard));
+                ready.retain(|&token| self.read_batch(token, &mut buffer));
+                // Costs an atomic increment unless the cell thread sleeps idle.
+                self.bell.ring();
             }
         }
         self.counters
@@ -160,60 +191,96 @@ impl Reader {
 
     /// Reads up to [`READ_BATCH`] packets from device `token` (0 = core, 1 + i = UE i).
     /// Returns whether the device may have more.
-    fn read_batch(&mut self, token: usize, out: &Sender<Arrival>, discard: &mut [u8]) -> bool {
+    fn read_batch(&mut self, token: usize, buffer: &mut [u8]) -> bool {
         let devices = Arc::clone(&self.devices);
         let tun = if token == 0 { &devices.core } else { &devices.ues[token - 1] };
         for _ in 0..READ_BATCH {
-            let Some(mut packet) = self.pool.take() else {
-                match tun.read(discard) {
-                    Ok(_) => {
-                        self.counters.pool_exhausted += 1;
+            let len = match tun.read(buffer) {
+                Ok(len) => len,
+                Err(e) => {
+                    if !is_transient(&e) {
+                        self.counters.read_errors += 1;
+                    }
+                    return false;
+                }
+            };
+            let read_at_mono_ns = monotonic_now_ns();
+            let (hdr, packet) = if tun.offload() {
+                match VnetHdr::parse(&buffer[..len]) {
+                    Some(hdr) => (Some(hdr), &buffer[VNET_HDR_BYTES..len]),
+                    None => {
+                        self.counters.offload_malformed += 1;
                         continue;
                     }
-                    Err(e) => return self.read_failed(&e),
                 }
-            };
-            let len = match tun.read(packet.buffer_mut()) {
-                Ok(len) => len,
-                Err(e) => return self.read_failed(&e),
-            };
-            packet.set_len(len);
-            let read_at_mono_ns = monotonic_now_ns();
-            let bytes = packet.bytes();
-            let routed = if !is_ipv4(bytes) {
-                if token == 0 {
-                    self.counters.non_ipv4_core += 1;
-                } else {
-                    self.counters.non_ipv4_ue[token - 1] += 1;
-                }
-                None
-            } else if token == 0 {
-                let ue = self.demux.ue_of(bytes);
-                if ue.is_none() {
-                    self.counters.unroutable_downlink += 1;
-                }
-                ue.map(|ue| (ue, Direction::Downlink))
             } else {
-                Some(((token - 1) as u16, Direction::Uplink))
+                (None, &buffer[..len])
             };
-            if let Some((ue, direction)) = routed {
-                match out.try_send(Arrival { packet, ue, direction, read_at_mono_ns }) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(_)) => self.counters.handover_full += 1,
-                    // The cell thread is gone: shutdown is under way.
-                    Err(TrySendError::Disconnected(_)) => return false,
+            let Some((ue, direction)) = self.route(token, packet) else { continue };
+            let arrival = |packet: Packet, offload: Offload, counters: &mut ReaderCounters| match self
+                .out
+                .push(Arrival { packet, offload, ue, direction, read_at_mono_ns })
+            {
+                Ok(()) => true,
+                Err(_) => {
+                    counters.handover_full += 1;
+                    false
                 }
+            };
+            match hdr {
+                Some(hdr) if hdr.is_tcp4_gso() => {
+                    self.counters.super_packets += 1;
+                    let train = self.next_train;
+                    self.next_train = self.next_train.wrapping_add(1);
+                    let (pool, counters) = (self.pool, &mut self.counters);
+                    let split = split_tcp4(packet, &hdr, train, |headers, payload, offload| {
+                        let Some(mut segment) = pool.take(headers.len() + payload.len()) else {
+                            counters.pool_exhausted += 1;
+                            return true;
+                        };
+                        let buf = segment.buffer_mut();
+                        buf[..headers.len()].copy_from_slice(headers);
+                        buf[headers.len()..headers.len() + payload.len()].copy_from_slice(payload);
+                        segment.set_len(headers.len() + payload.len());
+                        counters.segments += 1;
+                        arrival(segment, offload, counters)
+                    });
+                    if split.is_err() {
+                        self.counters.offload_malformed += 1;
+                    }
+                }
+                Some(hdr) if !hdr.is_single() => self.counters.offload_malformed += 1,
+                _ => match self.pool.copy_of(packet) {
+                    Some(copy) => {
+                        let offload = hdr.as_ref().map(Offload::of_single).unwrap_or_default();
+                        arrival(copy, offload, &mut self.counters);
+                    }
+                    None => self.counters.pool_exhausted += 1,
+                },
             }
         }
         true
     }
 
-    /// Accounts for a failed read; returns false (stop reading this device for now).
-    fn read_failed(&mut self, e: &std::io::Error) -> bool {
-        if !is_transient(e) {
-            self.counters.read_errors += 1;
+    /// Where a packet read from device `token` goes: (UE, direction), or `None` (counted)
+    /// if it is not IPv4 or no UE's.
+    fn route(&mut self, token: usize, packet: &[u8]) -> Option<(u16, Direction)> {
+        if !is_ipv4(packet) {
+            if token == 0 {
+                self.counters.non_ipv4_core += 1;
+            } else {
+                self.counters.non_ipv4_ue[token - 1] += 1;
+            }
+            return None;
         }
-        false
+        if token != 0 {
+            return Some(((token - 1) as u16, Direction::Uplink));
+        }
+        let ue = self.demux.ue_of(packet);
+        if ue.is_none() {
+            self.counters.unroutable_downlink += 1;
+        }
+        ue.map(|ue| (ue, Direction::Downlink))
     }
 }
 

@@ -1,13 +1,20 @@
 //! The recorder thread: ground truth and the packet log, in chunked columnar files.
 //!
-//! The cell thread sends each subframe's ground-truth record and each packet event over a
-//! bounded channel (when it is full the item is dropped and counted there; the cell never
-//! waits). This thread turns them into columns and appends a chunk to `truth.cbcol` every
-//! [`TRUTH_CHUNK_ROWS`] subframes (one second) and to `packets.cbcol` at the same moments
-//! (or sooner, every [`PACKET_CHUNK_MAX_ROWS`] events), so an interrupted run keeps every
-//! completed second. Formats: `../TRUTH_FORMAT.md`.
+//! The cell thread pushes each subframe's ground-truth record, with the packet drops it
+//! decided, and the writer thread pushes batches of delivered packets, into bounded
+//! lock-free queues (when one is full the item is dropped and counted by its producer;
+//! neither ever waits). This thread wakes every [`RECORD_POLL`] to drain them (no wake-up
+//! per item: the files are written a second at a time anyway), turns them into typed
+//! columns and appends a chunk to `truth.cbcol` every [`TRUTH_CHUNK_ROWS`] subframes (one
+//! second) and to `packets.cbcol` at the same moments (or sooner, every
+//! [`PACKET_CHUNK_MAX_ROWS`] events), so an interrupted run keeps every completed second.
+//! Formats: `../TRUTH_FORMAT.md`.
 
-use crossbeam_channel::Receiver;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -21,6 +28,22 @@ pub const TRUTH_CHUNK_ROWS: usize = 1000;
 
 /// Packet events per packet-log chunk at most.
 pub const PACKET_CHUNK_MAX_ROWS: usize = 1 << 16;
+
+/// How often the recorder drains its queues.
+pub const RECORD_POLL: Duration = Duration::from_millis(20);
+
+/// Subframe records the queue holds (4 s: the recorder may stall on a slow disk).
+pub const SUBFRAME_QUEUE_ROWS: usize = 4096;
+
+/// Delivery batches the queue holds (the writer hands one over about every subframe).
+pub const DELIVERY_QUEUE_BATCHES: usize = 4096;
+
+/// Packet-log rows per batch a producer collects at most (a batch's buffer stays below
+/// glibc's 128 KiB `mmap` threshold, so recycling it never unmaps memory).
+pub const PACKET_BATCH_ROWS: usize = 1024;
+
+/// Emptied buffers kept for reuse, per kind.
+const SPARES: usize = 64;
 
 /// What happened to a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -53,24 +76,76 @@ pub struct PacketRecord {
     pub direction: Direction,
 }
 
-/// One subframe's ground truth as the cell produced it, with the data plane's timing.
+/// One subframe from the cell thread: the cell's ground truth with the data plane's
+/// timing, and the drops decided since the previous one.
 #[derive(Debug)]
-pub struct TruthRow<T> {
+pub struct SubframeRecord<T> {
     /// Subframe number (ms since time zero).
     pub t_ms: u64,
     /// How late the cell thread woke for this subframe, ns.
     pub wake_lateness_ns: Nanos,
     /// The cell's record.
     pub truth: T,
+    /// Packet drops (overflow, RLC loss) decided since the previous subframe record.
+    pub drops: Vec<PacketRecord>,
 }
 
-/// What the cell thread sends to the recorder.
+/// The queues into the recorder, and back: the recorder returns emptied records and
+/// batches, so the real-time threads that produce them allocate nothing in steady state
+/// (an allocation can wait on a lock held by a descheduled thread).
 #[derive(Debug)]
-pub enum Record<T> {
-    /// A subframe's ground truth.
-    Truth(TruthRow<T>),
-    /// A packet event.
-    Packet(PacketRecord),
+pub struct RecordQueues<T> {
+    /// One record per subframe, from the cell thread.
+    pub subframes: ArrayQueue<SubframeRecord<T>>,
+    /// Batches of delivered packets, from the writer thread.
+    pub deliveries: ArrayQueue<Vec<PacketRecord>>,
+    /// Truth records done with (their vectors keep their capacity).
+    spare_truth: ArrayQueue<T>,
+    /// Empty packet-log batches.
+    spare_batches: ArrayQueue<Vec<PacketRecord>>,
+    done: AtomicBool,
+}
+
+impl<T> RecordQueues<T> {
+    /// Empty queues of the default sizes.
+    pub fn new() -> RecordQueues<T> {
+        RecordQueues {
+            subframes: ArrayQueue::new(SUBFRAME_QUEUE_ROWS),
+            deliveries: ArrayQueue::new(DELIVERY_QUEUE_BATCHES),
+            spare_truth: ArrayQueue::new(SPARES),
+            spare_batches: ArrayQueue::new(SPARES),
+            done: AtomicBool::new(false),
+        }
+    }
+
+    /// A truth record to fill, reused if one came back.
+    pub fn truth_record(&self) -> Option<T> {
+        self.spare_truth.pop()
+    }
+
+    /// An empty packet-log batch with room for [`PACKET_BATCH_ROWS`], reused if possible.
+    pub fn batch(&self) -> Vec<PacketRecord> {
+        self.spare_batches.pop().unwrap_or_else(|| Vec::with_capacity(PACKET_BATCH_ROWS))
+    }
+
+    /// Keeps `batch` for reuse (emptied), or frees it if enough are kept.
+    fn recycle(&self, mut batch: Vec<PacketRecord>) {
+        if batch.capacity() > 0 {
+            batch.clear();
+            let _ = self.spare_batches.push(batch);
+        }
+    }
+
+    /// Both producers have ended: the recorder drains what is left and ends.
+    pub fn close(&self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+}
+
+impl<T> Default for RecordQueues<T> {
+    fn default() -> RecordQueues<T> {
+        RecordQueues::new()
+    }
 }
 
 /// Counters of the recorder, reported at shutdown.
@@ -84,10 +159,117 @@ pub struct RecordCounters {
     pub packet_rows: u64,
     /// Packet-log chunks written.
     pub packet_chunks: u64,
-    /// Truth records that did not serialise to a JSON object (a bug in the record type).
+    /// Truth records that did not serialise to leaves (a bug in the record type).
     pub truth_serialize_errors: u64,
     /// The first write error, if writing failed (then nothing more is written).
     pub write_error: Option<String>,
+}
+
+/// One leaf value of a truth record, as collected per row: typed, small, no allocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Leaf {
+    /// A boolean.
+    Bool(bool),
+    /// A non-negative integer.
+    U64(u64),
+    /// A negative integer.
+    I64(i64),
+    /// A float.
+    F64(f64),
+    /// A null (`None`, unit).
+    Null,
+    /// A string: its index in the recorder's [`Texts`].
+    Text(u32),
+}
+
+impl Leaf {
+    /// A signed integer, as `U64` when it is not negative (as serde_json numbers are).
+    fn int(v: i64) -> Leaf {
+        u64::try_from(v).map_or(Leaf::I64(v), Leaf::U64)
+    }
+
+    /// A float; a NaN or infinity is a null (JSON has none).
+    fn float(v: f64) -> Leaf {
+        if v.is_finite() {
+            Leaf::F64(v)
+        } else {
+            Leaf::Null
+        }
+    }
+}
+
+/// The strings leaves have held (RRC states and the like: a handful), by index.
+#[derive(Debug, Default)]
+pub struct Texts(Vec<String>);
+
+impl Texts {
+    /// The index of `text`, added if new.
+    fn index_of(&mut self, text: &str) -> u32 {
+        match self.0.iter().position(|t| t == text) {
+            Some(i) => i as u32,
+            None => {
+                self.0.push(text.to_string());
+                (self.0.len() - 1) as u32
+            }
+        }
+    }
+
+    fn get(&self, index: u32) -> &str {
+        self.0.get(index as usize).map_or("", String::as_str)
+    }
+}
+
+/// The narrowest column holding a chunk's `values` of one leaf: all booleans → u8; all
+/// non-negative integers → u64; all integers → i64; numbers and booleans, with or without
+/// nulls (not all null) → f64 (true 1, false 0, null NaN); anything else (strings, all
+/// nulls) → a JSON array.
+fn column_of(values: &[Leaf], texts: &Texts) -> ColumnData {
+    let all = |f: fn(&Leaf) -> bool| values.iter().all(f);
+    if all(|v| matches!(v, Leaf::Bool(_))) {
+        return ColumnData::U8(values.iter().map(|v| u8::from(*v == Leaf::Bool(true))).collect());
+    }
+    if all(|v| matches!(v, Leaf::U64(_))) {
+        return ColumnData::U64(values.iter().map(|v| if let Leaf::U64(x) = v { *x } else { 0 }).collect());
+    }
+    let as_i64 = |v: &Leaf| match *v {
+        Leaf::U64(x) => i64::try_from(x).ok(),
+        Leaf::I64(x) => Some(x),
+        _ => None,
+    };
+    if let Some(ints) = values.iter().map(as_i64).collect::<Option<Vec<i64>>>() {
+        return ColumnData::I64(ints);
+    }
+    let as_f64 = |v: &Leaf| match *v {
+        Leaf::Bool(b) => Some(f64::from(u8::from(b))),
+        Leaf::U64(x) => Some(x as f64),
+        Leaf::I64(x) => Some(x as f64),
+        Leaf::F64(x) => Some(x),
+        Leaf::Null => Some(f64::NAN),
+        Leaf::Text(_) => None,
+    };
+    if !all(|v| *v == Leaf::Null) {
+        if let Some(floats) = values.iter().map(as_f64).collect::<Option<Vec<f64>>>() {
+            return ColumnData::F64(floats);
+        }
+    }
+    let mut json = Vec::with_capacity(values.len() * 8 + 2);
+    json.push(b'[');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        // Writing JSON scalars into a Vec cannot fail.
+        let _ = match *v {
+            Leaf::Bool(b) => serde_json::to_writer(&mut json, &b),
+            Leaf::U64(x) => serde_json::to_writer(&mut json, &x),
+            Leaf::I64(x) => serde_json::to_writer(&mut json, &x),
+            Leaf::F64(x) => serde_json::to_writer(&mut json, &x),
+            Leaf::Null => serde_json::to_writer(&mut json, &()),
+            Leaf::Text(t) => serde_json::to_writer(&mut json, texts.get(t)),
+        };
+    }
+    json.push(b']');
+    ColumnData::Json { rows: values.len(), text: json }
 }
 
 /// Ground-truth columns being filled: every leaf of the record, by flattened name.
@@ -102,9 +284,10 @@ struct TruthColumns {
     /// Leaf names, e.g. `ues[0].queue_bytes`.
     names: Vec<String>,
     /// Values per leaf, same order as `names`.
-    values: Vec<Vec<Value>>,
+    values: Vec<Vec<Leaf>>,
     /// The current row's leaves.
-    row: Vec<Value>,
+    row: Vec<Leaf>,
+    texts: Texts,
 }
 
 /// What [`TruthColumns::push`] did.
@@ -126,6 +309,7 @@ impl TruthColumns {
             names: Vec::new(),
             values: Vec::new(),
             row: Vec::new(),
+            texts: Texts::default(),
         }
     }
 
@@ -133,9 +317,9 @@ impl TruthColumns {
         self.t_ms.len()
     }
 
-    fn push<T: Serialize>(&mut self, row: &TruthRow<T>) -> Push {
+    fn push<T: Serialize>(&mut self, row: &SubframeRecord<T>) -> Push {
         self.row.clear();
-        if row.truth.serialize(leaves::Sink(&mut self.row)).is_err() {
+        if row.truth.serialize(leaves::Sink(&mut self.row, &mut self.texts)).is_err() {
             return Push::Failed;
         }
         if self.row.len() != self.values.len() {
@@ -169,31 +353,39 @@ impl TruthColumns {
             },
         ];
         for (name, values) in self.names.iter().zip(self.values.iter_mut()) {
-            let values = std::mem::replace(values, Vec::with_capacity(TRUTH_CHUNK_ROWS));
             // The data plane's own `t_ms` column is the subframe; a `t_ms` of the record is
             // the same number and is not repeated.
             if name != "t_ms" {
-                columns.push(Column { name: name.clone(), data: ColumnData::infer(values) });
+                columns.push(Column { name: name.clone(), data: column_of(values, &self.texts) });
             }
+            values.clear();
         }
         columns
     }
 }
 
 /// A serde serialiser that keeps only the leaf values of what it serialises, in order:
-/// numbers, booleans, strings (unit enum variants too), nulls. Map keys and field names are
-/// skipped; sequences, structs and maps are walked.
+/// numbers, booleans, strings (unit enum variants too), nulls, as [`Leaf`]s (no JSON tree,
+/// no allocation once the vectors have grown). Map keys and field names are skipped;
+/// sequences, structs and maps are walked.
 mod leaves {
     use serde::ser::{self, Serialize};
-    use serde_json::{Error, Value};
+    use serde_json::Error;
 
-    /// Appends leaves to the vector.
-    pub struct Sink<'a>(pub &'a mut Vec<Value>);
+    use super::{Leaf, Texts};
+
+    /// Appends leaves to the vector; strings go to the text table.
+    pub struct Sink<'a>(pub &'a mut Vec<Leaf>, pub &'a mut Texts);
 
     impl Sink<'_> {
-        fn leaf(self, value: Value) -> Result<(), Error> {
+        fn leaf(self, value: Leaf) -> Result<(), Error> {
             self.0.push(value);
             Ok(())
+        }
+
+        fn text(self, text: &str) -> Result<(), Error> {
+            let index = self.1.index_of(text);
+            self.leaf(Leaf::Text(index))
         }
     }
 
@@ -218,38 +410,42 @@ mod leaves {
         type SerializeStructVariant = Sink<'a>;
 
         leaf_methods! {
-            serialize_bool: bool => Value::Bool;
-            serialize_i8: i8 => |v: i8| Value::from(i64::from(v));
-            serialize_i16: i16 => |v: i16| Value::from(i64::from(v));
-            serialize_i32: i32 => |v: i32| Value::from(i64::from(v));
-            serialize_i64: i64 => Value::from;
-            serialize_u8: u8 => |v: u8| Value::from(u64::from(v));
-            serialize_u16: u16 => |v: u16| Value::from(u64::from(v));
-            serialize_u32: u32 => |v: u32| Value::from(u64::from(v));
-            serialize_u64: u64 => Value::from;
-            serialize_f32: f32 => |v: f32| Value::from(f64::from(v));
-            serialize_f64: f64 => Value::from;
-            serialize_char: char => |v: char| Value::String(v.to_string());
-            serialize_str: &str => |v: &str| Value::String(v.to_string());
+            serialize_bool: bool => Leaf::Bool;
+            serialize_i8: i8 => |v: i8| Leaf::int(i64::from(v));
+            serialize_i16: i16 => |v: i16| Leaf::int(i64::from(v));
+            serialize_i32: i32 => |v: i32| Leaf::int(i64::from(v));
+            serialize_i64: i64 => Leaf::int;
+            serialize_u8: u8 => |v: u8| Leaf::U64(u64::from(v));
+            serialize_u16: u16 => |v: u16| Leaf::U64(u64::from(v));
+            serialize_u32: u32 => |v: u32| Leaf::U64(u64::from(v));
+            serialize_u64: u64 => Leaf::U64;
+            serialize_f32: f32 => |v: f32| Leaf::float(f64::from(v));
+            serialize_f64: f64 => Leaf::float;
         }
 
-        fn serialize_bytes(self, v: &[u8]) -> Result<(), Error> {
-            self.leaf(Value::from(v.to_vec()))
+        fn serialize_char(self, v: char) -> Result<(), Error> {
+            self.text(v.encode_utf8(&mut [0u8; 4]))
+        }
+        fn serialize_str(self, v: &str) -> Result<(), Error> {
+            self.text(v)
+        }
+        fn serialize_bytes(self, _: &[u8]) -> Result<(), Error> {
+            Err(ser::Error::custom("byte strings are not truth leaves"))
         }
         fn serialize_none(self) -> Result<(), Error> {
-            self.leaf(Value::Null)
+            self.leaf(Leaf::Null)
         }
         fn serialize_some<T: ?Sized + Serialize>(self, value: &T) -> Result<(), Error> {
             value.serialize(self)
         }
         fn serialize_unit(self) -> Result<(), Error> {
-            self.leaf(Value::Null)
+            self.leaf(Leaf::Null)
         }
         fn serialize_unit_struct(self, _: &'static str) -> Result<(), Error> {
-            self.leaf(Value::Null)
+            self.leaf(Leaf::Null)
         }
         fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result<(), Error> {
-            self.leaf(Value::String(variant.to_string()))
+            self.text(variant)
         }
         fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, value: &T) -> Result<(), Error> {
             value.serialize(self)
@@ -306,7 +502,7 @@ mod leaves {
                 type Error = Error;
                 fn $method<T: ?Sized + Serialize>(&mut self, $($key: &'static str,)? value: &T) -> Result<(), Error> {
                     $(let _ = $key;)?
-                    value.serialize(Sink(self.0))
+                    value.serialize(Sink(self.0, self.1))
                 }
                 fn end(self) -> Result<(), Error> {
                     Ok(())
@@ -331,7 +527,7 @@ mod leaves {
             Ok(())
         }
         fn serialize_value<T: ?Sized + Serialize>(&mut self, value: &T) -> Result<(), Error> {
-            value.serialize(Sink(self.0))
+            value.serialize(Sink(self.0, self.1))
         }
         fn end(self) -> Result<(), Error> {
             Ok(())
@@ -381,6 +577,12 @@ impl PacketColumns {
         self.direction.push(p.direction as u8);
     }
 
+    fn push_all(&mut self, records: &[PacketRecord]) {
+        for p in records {
+            self.push(p);
+        }
+    }
+
     fn rows(&self) -> usize {
         self.ue.len()
     }
@@ -399,11 +601,11 @@ impl PacketColumns {
     }
 }
 
-/// Writes records from `records` until it closes (the cell thread ended), then the last
-/// partial chunks. A write error stops writing (counted in `write_error`) but the thread
-/// keeps draining the channel so the cell thread never blocks on it.
+/// Writes what the queues bring until they are closed and drained (the cell thread and
+/// the writer ended), then the last partial chunks. A write error stops writing (counted in
+/// `write_error`) but the thread keeps draining so its producers never find a full queue.
 pub fn record<T: Serialize>(
-    records: Receiver<Record<T>>,
+    queues: Arc<RecordQueues<T>>,
     mut truth_out: ChunkWriter,
     mut packets_out: ChunkWriter,
 ) -> RecordCounters {
@@ -431,33 +633,41 @@ pub fn record<T: Serialize>(
                 }
             }
         };
-    for item in records.iter() {
-        match item {
-            Record::Truth(row) => {
-                let mut pushed = truth.push(&row);
-                if pushed == Push::ChunkFirst {
-                    let rows = truth.rows();
-                    write(&mut truth_out, truth.take(), rows, &mut counters, true);
-                    pushed = truth.push(&row);
-                }
-                if pushed != Push::Done {
-                    counters.truth_serialize_errors += 1;
-                }
-                if truth.rows() >= TRUTH_CHUNK_ROWS {
-                    let rows = truth.rows();
-                    write(&mut truth_out, truth.take(), rows, &mut counters, true);
-                    let rows = packets.rows();
-                    write(&mut packets_out, packets.take(), rows, &mut counters, false);
-                }
+    loop {
+        // Read before draining: whatever was pushed before the close is drained below.
+        let done = queues.done.load(Ordering::SeqCst);
+        while let Some(mut row) = queues.subframes.pop() {
+            let mut pushed = truth.push(&row);
+            if pushed == Push::ChunkFirst {
+                let rows = truth.rows();
+                write(&mut truth_out, truth.take(), rows, &mut counters, true);
+                pushed = truth.push(&row);
             }
-            Record::Packet(p) => {
-                packets.push(&p);
-                if packets.rows() >= PACKET_CHUNK_MAX_ROWS {
-                    let rows = packets.rows();
-                    write(&mut packets_out, packets.take(), rows, &mut counters, false);
-                }
+            if pushed != Push::Done {
+                counters.truth_serialize_errors += 1;
+            }
+            packets.push_all(&row.drops);
+            queues.recycle(std::mem::take(&mut row.drops));
+            let _ = queues.spare_truth.push(row.truth);
+            if truth.rows() >= TRUTH_CHUNK_ROWS {
+                let rows = truth.rows();
+                write(&mut truth_out, truth.take(), rows, &mut counters, true);
+                let rows = packets.rows();
+                write(&mut packets_out, packets.take(), rows, &mut counters, false);
             }
         }
+        while let Some(batch) = queues.deliveries.pop() {
+            packets.push_all(&batch);
+            queues.recycle(batch);
+            if packets.rows() >= PACKET_CHUNK_MAX_ROWS {
+                let rows = packets.rows();
+                write(&mut packets_out, packets.take(), rows, &mut counters, false);
+            }
+        }
+        if done {
+            break;
+        }
+        std::thread::sleep(RECORD_POLL);
     }
     let rows = truth.rows();
     write(&mut truth_out, truth.take(), rows, &mut counters, true);
@@ -515,12 +725,32 @@ mod tests {
                 Ue { mcs: Some(3), state: State::Connected, pass: None },
             ],
         };
-        let mut leaves = Vec::new();
-        rec.serialize(leaves::Sink(&mut leaves)).expect("serialises");
+        let (mut leaves, mut texts) = (Vec::new(), Texts::default());
+        rec.serialize(leaves::Sink(&mut leaves, &mut texts)).expect("serialises");
         let mut named = Vec::new();
         flatten("", serde_json::to_value(&rec).expect("tree"), &mut named);
-        assert_eq!(leaves, named.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>());
+        assert_eq!(leaves.len(), named.len());
+        assert_eq!(
+            leaves,
+            [Leaf::F64(-10.5), Leaf::Null, Leaf::Text(0), Leaf::Bool(true), Leaf::U64(3), Leaf::Text(0), Leaf::Null]
+        );
         assert_eq!(named[2], ("ues[0].state".to_string(), json!("connected")));
+        assert_eq!(texts.get(0), "connected");
+    }
+
+    #[test]
+    fn column_types_follow_the_values() {
+        let texts = Texts(vec!["a".into()]);
+        let col = |v: &[Leaf]| column_of(v, &texts);
+        assert_eq!(col(&[Leaf::Bool(true), Leaf::Bool(false)]), ColumnData::U8(vec![1, 0]));
+        assert_eq!(col(&[Leaf::U64(1), Leaf::U64(2)]), ColumnData::U64(vec![1, 2]));
+        assert_eq!(col(&[Leaf::U64(1), Leaf::I64(-2)]), ColumnData::I64(vec![1, -2]));
+        assert_eq!(col(&[Leaf::F64(0.5), Leaf::U64(2)]), ColumnData::F64(vec![0.5, 2.0]));
+        let ColumnData::F64(v) = col(&[Leaf::Bool(true), Leaf::Null]) else { panic!("nullable → f64") };
+        assert!(v[0] == 1.0 && v[1].is_nan());
+        assert_eq!(col(&[Leaf::Text(0), Leaf::Null]), ColumnData::Json { rows: 2, text: br#"["a",null]"#.to_vec() });
+        assert_eq!(col(&[Leaf::Null, Leaf::Null]), ColumnData::Json { rows: 2, text: b"[null,null]".to_vec() });
+        assert_eq!(col(&[Leaf::U64(u64::MAX), Leaf::I64(-1)]), ColumnData::F64(vec![u64::MAX as f64, -1.0]));
     }
 
     #[test]
@@ -528,27 +758,35 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cbdp-rec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let (t, p) = create_files(&dir, &json!({"origin_unix_ns": 1})).expect("files");
-        let (tx, rx) = crossbeam_channel::unbounded();
-        for k in 0..1500u64 {
-            // A field that appears late is null before it in its chunk.
-            // A record whose shape changes starts a new chunk.
-            let truth =
-                if k < 1200 { json!({"t_ms": k, "b": k, "u": [{"x": true}]}) } else { json!({"b": k, "late": "x"}) };
-            tx.send(Record::Truth(TruthRow { t_ms: k, wake_lateness_ns: 2_000, truth })).expect("send");
-        }
-        tx.send(Record::Packet(PacketRecord {
+        let queues = Arc::new(RecordQueues::new());
+        let recorder = {
+            let queues = Arc::clone(&queues);
+            std::thread::spawn(move || record(queues, t, p))
+        };
+        let drop = PacketRecord {
             actual_ns: 5_000,
-            scheduled_ns: 4_000,
+            scheduled_ns: 5_000,
             arrival_ns: 1_000,
             ue: 1,
             bytes: 1500,
-            event: PacketEvent::Deliver,
+            event: PacketEvent::DropOverflow,
             direction: Direction::Downlink,
-        }))
-        .expect("send");
-        drop(tx);
-        let c = record(rx, t, p);
-        assert_eq!((c.truth_rows, c.truth_chunks, c.packet_rows, c.packet_chunks), (1500, 3, 1, 1));
+        };
+        for k in 0..1500u64 {
+            // A record whose shape changes starts a new chunk.
+            let truth =
+                if k < 1200 { json!({"t_ms": k, "b": k, "u": [{"x": true}]}) } else { json!({"b": k, "late": "x"}) };
+            let drops = if k == 3 { vec![drop] } else { Vec::new() };
+            let mut row = SubframeRecord { t_ms: k, wake_lateness_ns: 2_000, truth, drops };
+            while let Err(back) = queues.subframes.push(row) {
+                row = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        queues.deliveries.push(vec![PacketRecord { event: PacketEvent::Deliver, ..drop }]).expect("room");
+        queues.close();
+        let c = recorder.join().expect("recorder");
+        assert_eq!((c.truth_rows, c.truth_chunks, c.packet_rows), (1500, 3, 2));
         let (_, chunks) = crate::columnar::tests::read(&std::fs::read(dir.join("truth.cbcol")).expect("read"));
         let names = |chunk: &Vec<crate::columnar::tests::RawColumn>| -> Vec<(String, String)> {
             chunk.iter().map(|(n, d, _)| (n.clone(), d.clone())).collect()
@@ -564,6 +802,8 @@ mod tests {
             [s("t_ms", "u64"), s("wake_lateness_us", "f64"), s("b", "u64"), s("late", "json")]
         );
         let (_, chunks) = crate::columnar::tests::read(&std::fs::read(dir.join("packets.cbcol")).expect("read"));
+        let rows: usize = chunks.iter().map(|c| c[0].2.len() / 8).sum();
+        assert_eq!(rows, 2, "the drop and the delivery");
         assert_eq!(chunks[0][0].2, 5i64.to_le_bytes());
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }

@@ -21,6 +21,9 @@ use crate::netns::Namespace;
 /// Longest interface name the kernel accepts, bytes (IFNAMSIZ less the NUL).
 pub const MAX_IFNAME_BYTES: usize = libc::IFNAMSIZ - 1;
 
+/// Most parts one [`Tun::write_parts`] takes (the kernel's `UIO_MAXIOV`).
+pub const MAX_WRITE_PARTS: usize = 1024;
+
 /// An IPv4 prefix, e.g. `10.64.0.0/16` or `0.0.0.0/0`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ipv4Prefix {
@@ -79,15 +82,20 @@ pub struct LinkSetup {
     pub mtu_bytes: u32,
     /// Destinations routed through the device.
     pub routes: Vec<Ipv4Prefix>,
+    /// Segmentation offload: every packet goes behind a `virtio_net_hdr`, and the kernel may
+    /// hand over TCP super-packets with partial checksums (`crate::offload`).
+    pub offload: bool,
 }
 
-/// A TUN device (IFF_TUN | IFF_NO_PI: bare IP packets) in a network namespace; the
-/// descriptor is non-blocking. Dropping it closes the descriptor, which removes the device.
+/// A TUN device (IFF_TUN | IFF_NO_PI: bare IP packets, with IFF_VNET_HDR each behind a
+/// `virtio_net_hdr`) in a network namespace; the descriptor is non-blocking. Dropping it
+/// closes the descriptor, which removes the device.
 #[derive(Debug)]
 pub struct Tun {
     fd: OwnedFd,
     name: String,
     namespace: String,
+    offload: bool,
 }
 
 impl Tun {
@@ -109,15 +117,15 @@ impl Tun {
                     source: io::Error::new(io::ErrorKind::AlreadyExists, "an interface of that name already exists"),
                 });
             }
-            let tun = Tun::open_device(name, &where_)?;
+            let tun = Tun::open_device(name, setup.offload, &where_)?;
             configure(&tun, setup, &where_)?;
             Ok(Tun { namespace: ns.name().to_string(), ..tun })
         })
     }
 
     /// Opens `/dev/net/tun` and attaches a new device `name` (in the calling thread's
-    /// namespace).
-    fn open_device(name: &str, where_: &str) -> Result<Tun> {
+    /// namespace), with checksum and TCPv4 segmentation offload if `offload`.
+    fn open_device(name: &str, offload: bool, where_: &str) -> Result<Tun> {
         // SAFETY: a constant NUL-terminated path; the returned descriptor is checked.
         let raw = check_os(unsafe {
             libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -126,11 +134,26 @@ impl Tun {
         // SAFETY: `raw` is a descriptor we own from here on.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut req = ifreq_named(name);
-        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        let vnet = if offload { libc::IFF_VNET_HDR } else { 0 };
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet) as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes one `ifreq`, which lives for the call.
         check_os(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })
             .context(|| format!("creating TUN {where_}"))?;
-        Ok(Tun { fd, name: name.to_string(), namespace: String::new() })
+        if offload {
+            // The header size is the default 10 bytes (`offload::VNET_HDR_BYTES`); only the
+            // features are set. UDP segmentation and ECN super-packets stay off, so the
+            // kernel segments those itself.
+            let features = libc::TUN_F_CSUM | libc::TUN_F_TSO4;
+            // SAFETY: TUNSETOFFLOAD takes its argument by value and touches no memory.
+            check_os(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, features as libc::c_ulong) })
+                .context(|| format!("enabling segmentation offload on TUN {where_}"))?;
+        }
+        Ok(Tun { fd, name: name.to_string(), namespace: String::new(), offload })
+    }
+
+    /// Whether packets go behind a `virtio_net_hdr` (segmentation offload on).
+    pub fn offload(&self) -> bool {
+        self.offload
     }
 
     /// The interface name.
@@ -154,10 +177,13 @@ impl Tun {
         }
     }
 
-    /// Writes one packet; the kernel takes it whole or fails.
-    pub fn write(&self, packet: &[u8]) -> io::Result<usize> {
-        // SAFETY: `packet` is valid for `packet.len()` bytes of reads.
-        let n = unsafe { libc::write(self.fd.as_raw_fd(), packet.as_ptr().cast(), packet.len()) };
+    /// Writes one packet made of `parts` (a `virtio_net_hdr` first when offloading), in one
+    /// `writev`; the kernel takes it whole or fails. At most [`MAX_WRITE_PARTS`] parts.
+    pub fn write_parts(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let count = parts.len().min(MAX_WRITE_PARTS) as libc::c_int;
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec`; every slice is valid for reads
+        // for the call.
+        let n = unsafe { libc::writev(self.fd.as_raw_fd(), parts.as_ptr().cast(), count) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {

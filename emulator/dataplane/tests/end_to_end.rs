@@ -4,12 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{have_root, run_failing, udp_in, write_trace, Emulator, Namespaces};
+use common::{have_root, run_failing, tcp_connect_in, tcp_listener_in, udp_in, write_trace, Emulator, Namespaces};
 use emulator::netns::Namespace;
 
 /// Checks the end of a run: exit code 0 and no TUN left in either namespace.
@@ -153,6 +153,104 @@ fn udp_downlink_through_the_cell_with_diag_feed() {
     assert!(counters["diag"]["subscribers_accepted"][0] == 1);
     let truth = std::fs::read(ns.dir.join("out/truth.cbcol")).expect("truth file");
     assert_eq!(&truth[..8], b"CBCOLS\0\0");
+}
+
+/// The byte at `offset` of the test stream: a pattern that a lost, repeated or reordered
+/// range would break.
+fn pattern(offset: u64) -> u8 {
+    (offset.wrapping_mul(2_654_435_761) >> 13) as u8
+}
+
+/// Sends `total` bytes of the pattern on `tx` and reads them from `rx`, checking each.
+fn send_and_check(mut tx: std::net::TcpStream, mut rx: std::net::TcpStream, total: u64) {
+    let sender = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        let mut sent = 0u64;
+        while sent < total {
+            let n = (total - sent).min(buf.len() as u64) as usize;
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = pattern(sent + i as u64);
+            }
+            tx.write_all(&buf[..n]).expect("send");
+            sent += n as u64;
+        }
+        tx.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    });
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    rx.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    loop {
+        let n = rx.read(&mut buf).expect("read");
+        if n == 0 {
+            break;
+        }
+        for (i, &b) in buf[..n].iter().enumerate() {
+            assert_eq!(b, pattern(got + i as u64), "byte {} of the stream", got + i as u64);
+        }
+        got += n as u64;
+    }
+    sender.join().expect("sender");
+    assert_eq!(got, total, "every byte arrived");
+}
+
+#[test]
+fn tcp_both_ways_through_segmentation_offload() {
+    if !have_root() {
+        return;
+    }
+    let ns = Namespaces::create(5);
+    let out = ns.path("out");
+    let emu = Emulator::start(&[
+        "--mode",
+        "rate",
+        "--rate",
+        "2gbit",
+        "--uplink-rate",
+        "2gbit",
+        "--core-delay-ms",
+        "1",
+        "--sr-period-ms",
+        "0",
+        "--grant-delay-ms",
+        "0",
+        "--core-netns",
+        &ns.core,
+        "--ue-netns",
+        &ns.ue,
+        "-o",
+        &out,
+    ]);
+    assert_eq!(emu.ready["n_rb"], 50, "the cell's N_rb is in the ready line");
+    assert_eq!(emu.ready["start_sfn"], 0);
+    let total = 30 << 20;
+    // Downlink: the core sends, the UE receives.
+    let listener = tcp_listener_in(&ns.ue, "10.200.1.2:9001");
+    let tx = tcp_connect_in(&ns.core, "10.200.1.2:9001");
+    let (rx, _) = listener.accept().expect("accept");
+    send_and_check(tx, rx, total);
+    // Uplink: the UE sends, the core receives.
+    let listener = tcp_listener_in(&ns.core, "10.200.0.1:9002");
+    let tx = tcp_connect_in(&ns.ue, "10.200.0.1:9002");
+    let (rx, _) = listener.accept().expect("accept");
+    send_and_check(tx, rx, total);
+
+    let (code, counters) = emu.stop();
+    assert_clean_exit(&ns, code);
+    assert_eq!(counters["tun_offload"], true);
+    let io = &counters["io"];
+    assert!(io["super_packets"].as_u64().expect("count") > 0, "the kernel handed over super-packets: {io}");
+    assert_eq!(io["offload_malformed"], 0);
+    assert!(counters["tx"]["merged_writes"].as_u64().expect("count") > 0, "{}", counters["tx"]);
+    let ue = &counters["engine"]["ues"][0];
+    for direction in ["downlink", "uplink"] {
+        let d = &ue[direction];
+        assert_eq!(d["write_errors"]["packets"], 0, "{direction}: {d}");
+        assert!(d["delivered"]["bytes"].as_u64().expect("bytes") > total, "{direction}: headers included");
+    }
+    let truth = std::fs::read(ns.dir.join("out/truth.cbcol")).expect("truth file");
+    let header_len = u32::from_le_bytes(truth[12..16].try_into().expect("4 bytes")) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&truth[16..16 + header_len]).expect("header");
+    assert_eq!((&header["start_sfn"], &header["n_rb"], &header["n_antennas"]), (&0.into(), &50.into(), &2.into()));
 }
 
 #[test]

@@ -8,7 +8,7 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
+use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -157,6 +157,26 @@ pub fn udp_in(ns: &str, addr: &str) -> UdpSocket {
             .map_err(|e| emulator::error::Error::Os { attempted: format!("binding {addr}"), source: e })
     })
     .expect("UDP socket in the namespace")
+}
+
+/// A TCP listener bound to `addr` inside namespace `ns`.
+pub fn tcp_listener_in(ns: &str, addr: &str) -> TcpListener {
+    let ns = Namespace::open(ns, "test").expect("namespace");
+    ns.run_in(|| {
+        TcpListener::bind(addr)
+            .map_err(|e| emulator::error::Error::Os { attempted: format!("binding {addr}"), source: e })
+    })
+    .expect("TCP listener in the namespace")
+}
+
+/// A TCP connection to `addr` from inside namespace `ns`.
+pub fn tcp_connect_in(ns: &str, addr: &str) -> std::net::TcpStream {
+    let ns = Namespace::open(ns, "test").expect("namespace");
+    ns.run_in(|| {
+        std::net::TcpStream::connect(addr)
+            .map_err(|e| emulator::error::Error::Os { attempted: format!("connecting to {addr}"), source: e })
+    })
+    .expect("TCP connection from the namespace")
 }
 
 /// Runs `clawbed-emu ARGS`, which should fail at once (a config error: no `ready` line);

@@ -1,0 +1,386 @@
+//! The diag feed: per UE, JSON Lines over TCP inside the UE's namespace, and a file.
+//!
+//! The cell thread hands each subframe's records to this module's thread through a bounded
+//! lock-free queue and never waits for it: when the queue is full the subframe's records
+//! are dropped and counted. It hands them over only when someone wants them: a subscriber
+//! is connected or the diag files are on (`diag.file`); otherwise the records are not even
+//! queued. With a subscriber it also rings an eventfd, so this thread sends each subframe's
+//! lines at once; without one it wakes every [`FILE_POLL`] to write the files.
+//!
+//! This thread serialises each record once, straight from the typed record ([`lines`]),
+//! appends the line to the UE's file (buffered, flushed at least every
+//! [`FILE_FLUSH_INTERVAL`]) and to every subscriber's bounded buffer; a subscriber whose
+//! buffer overflows (it reads too slowly) is disconnected and counted, so one slow reader
+//! never delays the others or the cell. The transport is documented in `../DIAG_FEED.md`.
+
+pub mod lines;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cell::DiagRecord;
+use crossbeam_queue::ArrayQueue;
+use serde::Serialize;
+
+use crate::error::{check_os, is_transient, Context, Result};
+use crate::netns::Namespace;
+
+/// How often the diag files are flushed at least.
+pub const FILE_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How often the thread drains the queue for the files when no subscriber rings it.
+pub const FILE_POLL: Duration = Duration::from_millis(20);
+
+/// How often a subscriber with unsent lines is offered them again.
+const BACKLOG_POLL: Duration = Duration::from_millis(10);
+
+/// Bytes a subscriber may fall behind before it is disconnected (about 2 s of one UE's
+/// records).
+pub const SUBSCRIBER_BUFFER_BYTES: usize = 4 << 20;
+
+/// Subframes the queue holds (2 s).
+pub const QUEUE_SUBFRAMES: usize = 2_000;
+
+/// Emptied record vectors kept for reuse.
+const SPARE_BATCHES: usize = 64;
+
+/// Epoll token of the eventfd; a listener's token is its UE number.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+/// One subframe's diag records, one per UE, as the cell thread hands them over.
+#[derive(Debug)]
+pub struct DiagBatch {
+    /// Unix time of the subframe's start, s.
+    pub timestamp_s: f64,
+    /// The subframe (ms since time zero).
+    pub t_ms: u64,
+    /// The records, one per UE.
+    pub records: Vec<DiagRecord>,
+}
+
+/// The cell thread → diag thread hand-over (and back: emptied record vectors return for
+/// reuse, so the cell thread allocates nothing in steady state).
+#[derive(Debug)]
+pub struct DiagQueue {
+    batches: ArrayQueue<DiagBatch>,
+    spare: ArrayQueue<Vec<DiagRecord>>,
+    /// An eventfd the cell thread writes to wake the diag thread (only with subscribers).
+    wake: OwnedFd,
+    /// Whether the diag files are written.
+    file: bool,
+    /// Subscribers connected, all UEs.
+    subscribers: AtomicUsize,
+    closed: AtomicBool,
+}
+
+impl DiagQueue {
+    /// An empty queue; `file`: whether the diag files are written.
+    pub fn new(file: bool) -> Result<DiagQueue> {
+        // SAFETY: plain syscall; the descriptor is checked and owned.
+        let raw = check_os(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
+            .context(|| "creating the diag thread's eventfd".into())?;
+        Ok(DiagQueue {
+            batches: ArrayQueue::new(QUEUE_SUBFRAMES),
+            spare: ArrayQueue::new(SPARE_BATCHES),
+            // SAFETY: `raw` is a descriptor we own from here on.
+            wake: unsafe { OwnedFd::from_raw_fd(raw) },
+            file,
+            subscribers: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether anyone wants the records now (a subscriber, or the files).
+    pub fn wanted(&self) -> bool {
+        self.file || self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether a subscriber is connected (the feed is watched live).
+    pub fn has_subscribers(&self) -> bool {
+        self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    /// An emptied record vector to fill, if one came back.
+    pub fn spare_records(&self) -> Option<Vec<DiagRecord>> {
+        self.spare.pop()
+    }
+
+    /// Hands a subframe's records over; false if the queue was full (they are dropped).
+    pub fn publish(&self, batch: DiagBatch) -> bool {
+        let queued = self.batches.push(batch).is_ok();
+        if self.subscribers.load(Ordering::Relaxed) > 0 {
+            self.wake();
+        }
+        queued
+    }
+
+    /// No more records will come: the diag thread sends what is queued and ends.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer. A full counter (never, in practice)
+        // only means the thread is already due to wake.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Resets the eventfd after a wake-up.
+    fn clear_wake(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer; the descriptor is non-blocking.
+        unsafe { libc::read(self.wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    }
+}
+
+/// Counters of the diag feed, reported at shutdown.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DiagCounters {
+    /// Lines produced, per UE.
+    pub lines: Vec<u64>,
+    /// Subscribers that connected, per UE.
+    pub subscribers_accepted: Vec<u64>,
+    /// Subscribers disconnected because they fell [`SUBSCRIBER_BUFFER_BYTES`] behind, per UE.
+    pub subscribers_dropped_slow: Vec<u64>,
+    /// Whether the diag files were written.
+    pub file: bool,
+}
+
+struct Subscriber {
+    stream: TcpStream,
+    pending: Vec<u8>,
+    /// Bytes of `pending` already sent.
+    sent: usize,
+}
+
+impl Subscriber {
+    /// Sends what the socket takes now. `Err` when the peer is gone.
+    fn pump(&mut self) -> io::Result<()> {
+        while self.sent < self.pending.len() {
+            match self.stream.write(&self.pending[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if is_transient(&e) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        if self.sent == self.pending.len() {
+            self.pending.clear();
+            self.sent = 0;
+        }
+        Ok(())
+    }
+
+    fn backlog_bytes(&self) -> usize {
+        self.pending.len() - self.sent
+    }
+}
+
+/// One UE's feed: its listener, subscribers and file.
+struct Feed {
+    listener: TcpListener,
+    subscribers: Vec<Subscriber>,
+    file: Option<BufWriter<File>>,
+}
+
+impl Feed {
+    /// Appends a subframe's lines to the file and to every subscriber's buffer.
+    fn push_lines(&mut self, lines: &[u8]) {
+        if let Some(file) = &mut self.file {
+            // A failing file write (disk full) must not stop the live feed; the counters
+            // show the lines produced, the file what it could keep.
+            let _ = file.write_all(lines);
+        }
+        for sub in &mut self.subscribers {
+            sub.pending.extend_from_slice(lines);
+        }
+    }
+}
+
+/// The listening sockets and files of every UE's feed, created before the emulator
+/// reports ready.
+pub struct DiagServer {
+    feeds: Vec<Feed>,
+    epoll: OwnedFd,
+}
+
+/// Where one UE's feed listens.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DiagEndpoint {
+    /// TCP port on 127.0.0.1 inside the UE's namespace.
+    pub port: u16,
+}
+
+impl DiagServer {
+    /// Binds 127.0.0.1:`port` inside each UE's namespace (port 0: any free port) and, if
+    /// `file`, creates `diag-ue<N>.jsonl` in `output_dir`. `ues` pairs each UE's namespace
+    /// with its port.
+    pub fn bind(ues: &[(&Namespace, u16)], output_dir: &Path, file: bool) -> Result<(DiagServer, Vec<DiagEndpoint>)> {
+        // SAFETY: plain syscall; the descriptor is checked and owned.
+        let raw = check_os(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })
+            .context(|| "creating the epoll instance of the diag thread".into())?;
+        // SAFETY: `raw` is a descriptor we own from here on.
+        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut feeds = Vec::with_capacity(ues.len());
+        let mut endpoints = Vec::with_capacity(ues.len());
+        for (i, &(ns, port)) in ues.iter().enumerate() {
+            let listener = ns.run_in(|| {
+                crate::tun::bring_up_loopback(ns)?;
+                TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+                    .context(|| format!("listening for the UE {i} diag feed on 127.0.0.1:{port} in namespace {ns}"))
+            })?;
+            listener.set_nonblocking(true).context(|| format!("making the UE {i} diag listener non-blocking"))?;
+            let port = listener.local_addr().context(|| format!("reading the UE {i} diag port"))?.port();
+            watch(&epoll, listener.as_raw_fd(), i as u64).context(|| format!("watching the UE {i} diag listener"))?;
+            let file = if file {
+                let path = output_dir.join(format!("diag-ue{i}.jsonl"));
+                let f = File::create(&path).context(|| format!("creating {}", path.display()))?;
+                Some(BufWriter::with_capacity(1 << 16, f))
+            } else {
+                None
+            };
+            feeds.push(Feed { listener, subscribers: Vec::new(), file });
+            endpoints.push(DiagEndpoint { port });
+        }
+        Ok((DiagServer { feeds, epoll }, endpoints))
+    }
+
+    /// Serves until `queue` is closed (the cell thread ended): accepts subscribers, writes
+    /// lines. `LTE_RLC_DL_Stats` and `LTE_PDCP_DL_Stats` go out every `stats_period_ms`
+    /// subframes. Returns the counters after flushing the files.
+    pub fn serve(mut self, queue: Arc<DiagQueue>, stats_period_ms: u64) -> DiagCounters {
+        let n = self.feeds.len();
+        let mut counters = DiagCounters {
+            lines: vec![0; n],
+            subscribers_accepted: vec![0; n],
+            subscribers_dropped_slow: vec![0; n],
+            file: queue.file,
+        };
+        if let Err(e) = watch(&self.epoll, queue.wake.as_raw_fd(), WAKE_TOKEN) {
+            // Without the eventfd the thread still wakes every poll interval.
+            eprintln!("clawbed-emu: warning: watching the diag eventfd: {e}");
+        }
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; n + 1];
+        let mut line = Vec::with_capacity(4096);
+        let mut last_flush = Instant::now();
+        loop {
+            let closed = queue.closed.load(Ordering::SeqCst);
+            let backlog = self.feeds.iter().any(|f| f.subscribers.iter().any(|s| s.backlog_bytes() > 0));
+            let timeout = if backlog { BACKLOG_POLL } else { FILE_POLL };
+            // SAFETY: `events` has room for `events.len()` entries.
+            let ready = unsafe {
+                libc::epoll_wait(
+                    self.epoll.as_raw_fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    timeout.as_millis() as i32,
+                )
+            };
+            for event in &events[..ready.max(0) as usize] {
+                match event.u64 {
+                    WAKE_TOKEN => queue.clear_wake(),
+                    ue => self.accept(ue as usize, &queue, &mut counters),
+                }
+            }
+            while let Some(mut batch) = queue.batches.pop() {
+                self.publish(&batch, stats_period_ms, &mut line, &mut counters);
+                batch.records.clear();
+                let _ = queue.spare.push(batch.records);
+            }
+            self.pump_all(&queue, &mut counters);
+            if last_flush.elapsed() >= FILE_FLUSH_INTERVAL {
+                self.flush_files();
+                last_flush = Instant::now();
+            }
+            if closed {
+                break;
+            }
+        }
+        self.flush_files();
+        counters
+    }
+
+    /// Serialises one subframe: per UE, its messages as lines, to the file and subscribers.
+    fn publish(&mut self, batch: &DiagBatch, stats_period_ms: u64, line: &mut Vec<u8>, counters: &mut DiagCounters) {
+        let with_stats = batch.t_ms % stats_period_ms.max(1) == 0;
+        let t = batch.timestamp_s;
+        for record in &batch.records {
+            let ue = record.ue.index();
+            let Some(feed) = self.feeds.get_mut(ue) else { continue };
+            if feed.file.is_none() && feed.subscribers.is_empty() {
+                continue;
+            }
+            line.clear();
+            lines::pdsch(line, t, &record.pdsch);
+            let mut count = 2;
+            // A phone reports a measurement when it makes one (every `rsrq.hold_ms`).
+            if record.measurement_updated {
+                lines::serv_cell(line, t, &record.serv_cell);
+                count += 1;
+            }
+            lines::mac(line, t, &record.mac);
+            if with_stats {
+                lines::rlc(line, t, &record.rlc);
+                lines::pdcp(line, t, &record.pdcp);
+                count += 2;
+            }
+            counters.lines[ue] += count;
+            feed.push_lines(line);
+        }
+    }
+
+    fn accept(&mut self, ue: usize, queue: &DiagQueue, counters: &mut DiagCounters) {
+        let Some(feed) = self.feeds.get_mut(ue) else { return };
+        while let Ok((stream, _)) = feed.listener.accept() {
+            // A subscriber that cannot be made non-blocking could stall the feed: refuse it.
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            // Lines are small and time-critical: send each at once.
+            let _ = stream.set_nodelay(true);
+            feed.subscribers.push(Subscriber { stream, pending: Vec::new(), sent: 0 });
+            counters.subscribers_accepted[ue] += 1;
+            queue.subscribers.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn pump_all(&mut self, queue: &DiagQueue, counters: &mut DiagCounters) {
+        for (ue, feed) in self.feeds.iter_mut().enumerate() {
+            feed.subscribers.retain_mut(|sub| {
+                let keep = if sub.pump().is_err() {
+                    false
+                } else if sub.backlog_bytes() > SUBSCRIBER_BUFFER_BYTES {
+                    counters.subscribers_dropped_slow[ue] += 1;
+                    false
+                } else {
+                    true
+                };
+                if !keep {
+                    queue.subscribers.fetch_sub(1, Ordering::Relaxed);
+                }
+                keep
+            });
+        }
+    }
+
+    fn flush_files(&mut self) {
+        for file in self.feeds.iter_mut().filter_map(|f| f.file.as_mut()) {
+            let _ = file.flush();
+        }
+    }
+}
+
+/// Adds `fd` to `epoll` for input, with `token`.
+fn watch(epoll: &OwnedFd, fd: libc::c_int, token: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+    // SAFETY: both descriptors are open; `event` lives for the call.
+    check_os(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) }).map(drop)
+}
