@@ -206,15 +206,16 @@ def test_no_verdict_unless_the_server_was_limited_by_w_claw() -> None:
 
 
 def test_n_f_is_the_one_in_force_at_the_server_while_it_sent_the_data() -> None:
-    """A fresh connection's first report comes from a window of one subframe in which the
-    UE's own data filled the cell (L = 1, N_I = 0): N_f = 50 RBs, a W_claw of 2 packets.
-    The data of the next window left the server under that W_claw, so the UE's 5 RBs per
-    subframe then are all it could get, not a sign of a wireline bottleneck; once the big
-    N_f of the second report is the one in force, 5 RBs of 50 are."""
+    """A fresh connection's first report comes from a window of one subframe in which other
+    users filled the cell and the UE got 1 RB (L = 1, N_I = 0): N_f = 100 RBs (1 RB a
+    subframe over the 100 ms window), a small W_claw. The data of the next window left the
+    server under that W_claw, so the UE's 5 RBs per subframe then are all it could get, not
+    a sign of a wireline bottleneck; once the big N_f of the second report is the one in
+    force, 5 RBs of 50 are."""
     core = ClientCore(ClientConfig(ue_id=1, server="s"))
-    first = busy(0, 1, total_alloc_rbs=50, own_rbs=50)
+    first = busy(0, 1, total_alloc_rbs=50, own_rbs=1)
     out = drive(core, first + busy(1, 500, total_alloc_rbs=5, own_rbs=5), limited=True)
-    assert out.feedback[0].n_f_rbs == 50 and out.feedback[1].n_f_rbs > 4000
+    assert out.feedback[0].n_f_rbs == 100 and out.feedback[1].n_f_rbs > 4000
     verdicts = [(r.t_ms, r.verdict) for r in out.rows if r.verdict is not None]
     assert verdicts[:3] == [(100, Bottleneck.CELLULAR), (200, Bottleneck.CELLULAR), (300, Bottleneck.WIRELINE)]
 
