@@ -33,6 +33,12 @@ const F_DATA_VALID: u8 = 2;
 const GSO_NONE: u8 = 0;
 /// `VIRTIO_NET_HDR_GSO_TCPV4`.
 const GSO_TCPV4: u8 = 1;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: datagrams of one flow, split by the receiving kernel.
+const GSO_UDP_L4: u8 = 5;
+/// Most datagrams the kernel splits one UDP super-packet into (`UDP_MAX_SEGMENTS`).
+const MAX_UDP_SEGMENTS: usize = 64;
+/// IPv4 (no options) + UDP header bytes.
+const UDP4_HEADER_BYTES: usize = 28;
 
 /// Largest IPv4 packet: the total-length field is 16 bits.
 const MAX_IPV4_BYTES: usize = 65_535;
@@ -245,10 +251,29 @@ fn set_ip_checksum(ip: &mut [u8]) {
 /// segment of `tcp_len` bytes (header + payload): the folded pseudo-header sum, which the
 /// kernel completes over the segment (or trusts, delivering it locally).
 fn set_tcp_pseudo_checksum(headers: &mut [u8], ip_hl: usize, tcp_len: usize) {
-    // Source and destination addresses, protocol 6, TCP length.
-    let sum = ones_sum(&headers[12..20], 6 + tcp_len as u64);
-    let at = ip_hl + usize::from(TCP_CHECKSUM_OFFSET);
+    set_pseudo_checksum(headers, ip_hl + usize::from(TCP_CHECKSUM_OFFSET), 6, tcp_len);
+}
+
+/// Sets the 16-bit field at `at` of `headers` to the folded pseudo-header sum of a
+/// `protocol` datagram of `l4_len` bytes (its source and destination from the IPv4 header).
+fn set_pseudo_checksum(headers: &mut [u8], at: usize, protocol: u8, l4_len: usize) {
+    let sum = ones_sum(&headers[12..20], u64::from(protocol) + l4_len as u64);
     headers[at..at + 2].copy_from_slice(&fold(sum).to_be_bytes());
+}
+
+/// Checks that `packet` is a whole UDP/IPv4 datagram without IP options whose lengths agree
+/// and that carries data: one a UDP super-packet can hold.
+fn udp4(packet: &[u8]) -> bool {
+    let Some(h) = packet.get(..UDP4_HEADER_BYTES) else { return false };
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    let udp_len = usize::from(u16::from_be_bytes([h[24], h[25]]));
+    let fragment = u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0;
+    h[0] == 0x45
+        && h[9] == 17
+        && total == packet.len()
+        && udp_len == packet.len() - 20
+        && !fragment
+        && packet.len() > UDP4_HEADER_BYTES
 }
 
 /// Splits the TCP/IPv4 super-packet `packet` (read behind `hdr`) into segments of
@@ -304,95 +329,147 @@ pub fn split_tcp4(
     Ok(())
 }
 
-/// A merged write being built from consecutive segments of one super-packet.
+/// What a merge is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Consecutive segments of one TCP super-packet (`train`), the next expected at
+    /// `next_index`.
+    TcpTrain { train: u32, next_index: u16 },
+    /// Consecutive datagrams of one UDP flow (same addresses, ports, TOS, TTL), all the
+    /// size of the first but the last.
+    Udp,
+}
+
+/// A merged write being built from consecutive packets of one lane due at the same
+/// instant: segments of one TCP super-packet (written as a TCPv4 GSO packet, which the
+/// receiving stack takes as GRO's work) or datagrams of one UDP flow (written as a UDP GSO
+/// packet, which the receiving kernel splits back into the datagrams before any socket sees
+/// them).
 #[derive(Debug)]
 pub struct Merge {
-    /// The merged packet's headers (those of its first segment, rewritten).
+    /// The merged packet's headers (those of its first packet, rewritten).
     headers: [u8; MAX_HEADER_BYTES],
     ip_hl: usize,
     hl: usize,
-    train: u32,
-    next_index: u16,
-    /// Payload bytes of the first segment: every segment but the last has as many.
+    kind: Kind,
+    /// Payload bytes of the first packet: every packet but the last has as many.
     gso_size: usize,
     payload_bytes: usize,
     segments: usize,
 }
 
 impl Merge {
-    /// Starts a merge at `packet`, a segment (per `offload`) that may take followers: not a
-    /// segment carrying CWR, SYN, RST or URG (a receiver's GRO would not merge those
-    /// either). `None` if it cannot start one.
+    /// Starts a merge at `packet` (read with `offload`) if it may take followers: a TCP
+    /// segment not carrying CWR, SYN, RST or URG (a receiver's GRO would not merge those
+    /// either), or a UDP/IPv4 datagram without options. `None` otherwise.
     pub fn start(packet: &[u8], offload: &Offload) -> Option<Merge> {
-        let segment = offload.segment?;
-        let Tcp4 { ip_hl, hl } = tcp4(packet)?;
-        if packet[ip_hl + 13] & (TCP_CWR | TCP_SYN | TCP_RST | TCP_URG) != 0 || packet.len() == hl {
-            return None;
-        }
+        let (ip_hl, hl, kind) = match offload.segment {
+            Some(segment) => {
+                let Tcp4 { ip_hl, hl } = tcp4(packet)?;
+                if packet[ip_hl + 13] & (TCP_CWR | TCP_SYN | TCP_RST | TCP_URG) != 0 || packet.len() == hl {
+                    return None;
+                }
+                (ip_hl, hl, Kind::TcpTrain { train: segment.train, next_index: segment.index.wrapping_add(1) })
+            }
+            None if udp4(packet) => (20, UDP4_HEADER_BYTES, Kind::Udp),
+            None => return None,
+        };
         let mut headers = [0u8; MAX_HEADER_BYTES];
         headers[..hl].copy_from_slice(&packet[..hl]);
         Some(Merge {
             headers,
             ip_hl,
             hl,
-            train: segment.train,
-            next_index: segment.index.wrapping_add(1),
+            kind,
             gso_size: packet.len() - hl,
             payload_bytes: packet.len() - hl,
             segments: 1,
         })
     }
 
-    /// Whether `packet` may be the merge's next segment: the next one of the same
-    /// super-packet, after full-sized ones, keeping the merged packet within the IPv4 size
-    /// limit.
+    /// Whether `packet` may be the merge's next packet: the next segment of the same
+    /// super-packet, or the next datagram of the same flow, after full-sized ones, keeping
+    /// the merged packet within the IPv4 size limit.
     pub fn follows(&self, packet: &[u8], offload: &Offload) -> bool {
         self.payload_of(packet, offload).is_some()
     }
 
     fn payload_of<'p>(&self, packet: &'p [u8], offload: &Offload) -> Option<&'p [u8]> {
-        let segment = offload.segment?;
-        // A segment shorter than the first is the super-packet's last: nothing may follow it.
-        let full = self.payload_bytes == self.gso_size * self.segments;
-        if segment.train != self.train || segment.index != self.next_index || !full {
+        // A packet shorter than the first is the last: nothing may follow it.
+        if self.payload_bytes != self.gso_size * self.segments {
             return None;
+        }
+        match self.kind {
+            Kind::TcpTrain { train, next_index } => {
+                let segment = offload.segment?;
+                if segment.train != train || segment.index != next_index {
+                    return None;
+                }
+            }
+            Kind::Udp => {
+                let h = &self.headers;
+                // Version, IHL, TOS; flags, TTL, protocol; addresses and ports: the same flow.
+                let same = |r: std::ops::Range<usize>| packet.get(r.clone()) == h.get(r);
+                if offload.segment.is_some()
+                    || self.segments >= MAX_UDP_SEGMENTS
+                    || !udp4(packet)
+                    || !(same(0..2) && same(6..10) && same(12..24))
+                {
+                    return None;
+                }
+            }
         }
         let payload = packet.get(self.hl..).filter(|p| !p.is_empty() && p.len() <= self.gso_size)?;
         (self.hl + self.payload_bytes + payload.len() <= MAX_IPV4_BYTES).then_some(payload)
     }
 
-    /// Takes `packet` as the merge's next segment if it [follows](Merge::follows); returns
+    /// Takes `packet` as the merge's next packet if it [follows](Merge::follows); returns
     /// its payload (to write after the others') or `None`.
     pub fn extend<'p>(&mut self, packet: &'p [u8], offload: &Offload) -> Option<&'p [u8]> {
         let payload = self.payload_of(packet, offload)?;
-        // FIN and PSH of the last segment belong to the merged packet.
-        self.headers[self.ip_hl + 13] |= packet[self.ip_hl + 13] & (TCP_FIN | TCP_PSH);
+        if let Kind::TcpTrain { next_index, .. } = &mut self.kind {
+            *next_index = next_index.wrapping_add(1);
+            // FIN and PSH of the last segment belong to the merged packet.
+            self.headers[self.ip_hl + 13] |= packet[self.ip_hl + 13] & (TCP_FIN | TCP_PSH);
+        }
         self.payload_bytes += payload.len();
         self.segments += 1;
-        self.next_index = self.next_index.wrapping_add(1);
         Some(payload)
     }
 
-    /// Bytes of IPv4 + TCP headers in front of each segment's payload.
+    /// Bytes of headers (IPv4 + TCP, or IPv4 + UDP) in front of each packet's payload.
     pub fn header_len(&self) -> usize {
         self.hl
     }
 
-    /// The merged packet's virtio header and IPv4 + TCP headers (its payloads follow, in
-    /// order). With one segment, that segment's own headers behind a plain header.
+    /// The merged packet's virtio header and headers (its payloads follow, in order): the
+    /// lengths, the IPv4 header checksum and the partial (pseudo-header) TCP or UDP
+    /// checksum of the whole, as the kernel's own GSO packets have them.
     pub fn finish(&mut self) -> ([u8; VNET_HDR_BYTES], &[u8]) {
         let (ip_hl, hl) = (self.ip_hl, self.hl);
+        let l4_len = hl - ip_hl + self.payload_bytes;
         let h = &mut self.headers[..hl];
         h[2..4].copy_from_slice(&((hl + self.payload_bytes) as u16).to_be_bytes());
         set_ip_checksum(&mut h[..ip_hl]);
-        set_tcp_pseudo_checksum(h, ip_hl, hl - ip_hl + self.payload_bytes);
+        let (gso_type, csum_offset) = match self.kind {
+            Kind::TcpTrain { .. } => {
+                set_tcp_pseudo_checksum(h, ip_hl, l4_len);
+                (GSO_TCPV4, TCP_CHECKSUM_OFFSET)
+            }
+            Kind::Udp => {
+                h[ip_hl + 4..ip_hl + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+                set_pseudo_checksum(h, ip_hl + usize::from(UDP_CHECKSUM_OFFSET), 17, l4_len);
+                (GSO_UDP_L4, UDP_CHECKSUM_OFFSET)
+            }
+        };
+        let merged = self.segments > 1;
         let vnet = VnetHdr {
             flags: F_NEEDS_CSUM,
-            gso_type: if self.segments > 1 { GSO_TCPV4 } else { GSO_NONE },
-            hdr_len: if self.segments > 1 { hl as u16 } else { 0 },
-            gso_size: if self.segments > 1 { self.gso_size as u16 } else { 0 },
+            gso_type: if merged { gso_type } else { GSO_NONE },
+            hdr_len: if merged { hl as u16 } else { 0 },
+            gso_size: if merged { self.gso_size as u16 } else { 0 },
             csum_start: ip_hl as u16,
-            csum_offset: TCP_CHECKSUM_OFFSET,
+            csum_offset,
         };
         (vnet.to_bytes(), h)
     }
@@ -537,6 +614,52 @@ mod tests {
         assert_eq!(hdr, VnetHdr::default(), "no flags: the receiver verifies it");
         let plain = Offload::default();
         assert_eq!(plain.complete_checksum(&mut partial), plain.single_hdr());
+    }
+
+    /// A UDP/IPv4 datagram 10.0.0.1:1000 → 10.0.0.2:2000 with `payload`, IP ID `id`.
+    fn udp_packet(payload: &[u8], id: u16) -> Vec<u8> {
+        let mut p = vec![0u8; UDP4_HEADER_BYTES];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&((UDP4_HEADER_BYTES + payload.len()) as u16).to_be_bytes());
+        p[4..6].copy_from_slice(&id.to_be_bytes());
+        p[6] = 0x40;
+        p[8] = 64;
+        p[9] = 17;
+        p[12..16].copy_from_slice(&[10, 0, 0, 1]);
+        p[16..20].copy_from_slice(&[10, 0, 0, 2]);
+        p[20..22].copy_from_slice(&1000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&2000u16.to_be_bytes());
+        p[24..26].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p.extend_from_slice(payload);
+        set_ip_checksum(&mut p[..20]);
+        p
+    }
+
+    #[test]
+    fn datagrams_of_one_flow_merge_into_a_udp_super_packet() {
+        let single = Offload::default();
+        let a = udp_packet(&[1u8; 100], 7);
+        let b = udp_packet(&[2u8; 100], 8);
+        let c = udp_packet(&[3u8; 40], 9);
+        let mut merge = Merge::start(&a, &single).expect("a UDP datagram starts a merge");
+        let mut other_port = b.clone();
+        other_port[23] ^= 1;
+        assert!(!merge.follows(&other_port, &single), "another flow");
+        assert!(!merge.follows(&udp_packet(&[2u8; 101], 8), &single), "larger than the first");
+        assert_eq!(merge.extend(&b, &single), Some(&b[28..]));
+        assert_eq!(merge.extend(&c, &single), Some(&c[28..]));
+        assert!(!merge.follows(&udp_packet(&[4u8; 40], 10), &single), "nothing after a short one");
+        let (vnet, headers) = merge.finish();
+        let vnet = VnetHdr::parse(&vnet).expect("header");
+        assert_eq!((vnet.gso_type, vnet.gso_size, vnet.hdr_len, vnet.csum_offset), (GSO_UDP_L4, 100, 28, 6));
+        assert_eq!(u16::from_be_bytes([headers[2], headers[3]]), 28 + 240);
+        assert_eq!(u16::from_be_bytes([headers[24], headers[25]]), 8 + 240, "UDP length of the whole");
+        assert_eq!(fold(ones_sum(&headers[..20], 0)), 0xffff, "valid IP header checksum");
+        let pseudo = fold(ones_sum(&headers[12..20], 17 + 248));
+        assert_eq!(u16::from_be_bytes([headers[26], headers[27]]), pseudo);
+        let mut fragment = udp_packet(&[1u8; 100], 7);
+        fragment[6] = 0x20;
+        assert!(Merge::start(&fragment, &single).is_none(), "a fragment does not merge");
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! write is issued − the due time; the kernel runs the receiving stack inside the write,
 //! which is the receiver's time, not the emulator's.
 //!
-//! With segmentation offload, consecutive segments of one super-packet due at the same
-//! instant on the same lane go out as one merged write (`crate::offload::Merge`).
+//! With segmentation offload, consecutive segments of one super-packet, or datagrams of one
+//! UDP flow, due at the same instant on the same lane go out as one merged write
+//! (`crate::offload::Merge`).
 //! Each written packet (each segment of a merged write) is counted, timed and logged
 //! (packet log, in batches to the recorder).
 
@@ -37,8 +38,9 @@ use crate::tun::Tun;
 /// itself (so the cell thread need not wake it for every subframe's packets), ns.
 const RHYTHM_WINDOW_NS: Nanos = 50 * NANOS_PER_MS;
 
-/// Most segments one merged write carries: a merged packet is at most 64 KB, so with the
-/// smallest MSS an MTU allows (536 bytes) 123.
+/// Most packets one merged write carries: a merged packet is at most 64 KB, so with the
+/// smallest MSS an MTU allows (536 bytes) 123 TCP segments; UDP merges stop at the kernel's
+/// 64 datagrams.
 const MAX_MERGE_SEGMENTS: usize = 128;
 
 /// One UE's direction: the writer's FIFO of packets for one device.
@@ -160,9 +162,10 @@ pub struct WriterReport {
 pub struct TxCounters {
     /// `writev` calls.
     pub writes: u64,
-    /// Writes that merged several segments of a super-packet.
+    /// Writes that merged several packets (a super-packet's segments, a UDP flow's
+    /// datagrams).
     pub merged_writes: u64,
-    /// Segments written in merged writes.
+    /// Packets written in merged writes.
     pub merged_segments: u64,
     /// The spin margin at the end, µs.
     pub spin_margin_us: f64,

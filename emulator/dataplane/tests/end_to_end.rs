@@ -128,8 +128,13 @@ fn udp_downlink_through_the_cell_with_diag_feed() {
     let mut received = 0;
     let mut first_arrival = None;
     let mut buf = [0u8; 2000];
+    let mut last_seq: Option<u8> = None;
     while let Ok(n) = rx.recv(&mut buf) {
+        // Whole datagrams, in order, unchanged (several arrive merged into one write).
         assert_eq!(n, 1000);
+        assert!(buf[..n].iter().all(|&b| b == buf[0]), "datagram {} intact", buf[0]);
+        assert!(last_seq.map_or(true, |last| buf[0] > last), "in order");
+        last_seq = Some(buf[0]);
         first_arrival.get_or_insert_with(|| start.elapsed());
         received += 1;
         if received == sent {
@@ -149,6 +154,8 @@ fn udp_downlink_through_the_cell_with_diag_feed() {
     let dl = &counters["engine"]["ues"][0]["downlink"];
     assert_eq!(dl["received"]["packets"], sent);
     assert_eq!(dl["delivered"]["packets"], received);
+    assert_eq!(dl["write_errors"]["packets"], 0);
+    assert!(counters["tx"]["merged_writes"].as_u64().expect("count") > 0, "datagrams merged: {}", counters["tx"]);
     assert!(counters["records"]["truth_rows"].as_u64().expect("rows") > 0);
     assert!(counters["diag"]["subscribers_accepted"][0] == 1);
     let truth = std::fs::read(ns.dir.join("out/truth.cbcol")).expect("truth file");
