@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from clawbed import lte
-from clawbed.claw.client.analyzer import (DEFAULT_WINDOW_MS, RING_MS, CellParams, LoadAnalyzer, SfnClock, Variant,
+from clawbed.claw.client.analyzer import (DEFAULT_WINDOW_MS, MIN_SCHEDULED_SUBFRAMES, RING_MS, CellParams, LoadAnalyzer, SfnClock, Variant,
                                           load_from_rsrq_db, window_ms_from_srtt_us)
 
 
@@ -161,9 +161,14 @@ def test_mcs_fallbacks_last_then_channel() -> None:
     assert e is not None and e.mcs_source == "last" and e.mean_mcs == 15.0
     # A connection whose only blocks carry a reserved MCS (29): the channel MCS is all there is.
     b = LoadAnalyzer(CellParams(50, 2))
-    b.note_channel_mcs(9)
     b.add_subframe(0, 10, 29)
-    b.add_measurement(0, rsrq_db_of(10, 50, 2))
+    b.add_measurement(0, rsrq_db_of(10, 50, 2), channel_mcs=9)
+    b.add_subframe(1, 0, None)
+    b.add_measurement(1, rsrq_db_of(0, 50, 2))
+    eb = b.estimate()
+    assert eb is not None and eb.mcs_source == "channel-window" and eb.mean_mcs == 9.0
+    # ... and once that measurement has left the window, the last channel MCS reported.
+    b.set_window_ms(1)
     eb = b.estimate()
     assert eb is not None and eb.mcs_source == "channel" and eb.mean_mcs == 9.0
     # Nothing known at all: no W_claw.
@@ -171,6 +176,28 @@ def test_mcs_fallbacks_last_then_channel() -> None:
     c.add_subframe(0, 10, 30)
     ec = c.estimate()
     assert ec is not None and ec.mean_mcs is None and ec.mcs_source == "none" and ec.w_claw_bytes == 0
+
+
+def test_thin_window_takes_the_channel_mcs_mean_and_a_full_one_the_scheduled_mean() -> None:
+    """A few scheduled subframes (an idle UE's echoes) say little about the channel: below
+    MIN_SCHEDULED_SUBFRAMES the window's mean channel-quality MCS is used instead."""
+    a = LoadAnalyzer(CellParams(50, 2))
+    channel = [10 + (t % 9) for t in range(100)]          # a channel swinging over MCS 10..18
+    for t in range(100):
+        own = 4 if t in (3, 50, 97) else 0                # three lucky subframes, all at MCS 5
+        a.add_subframe(t, own, 5 if own else None)
+        a.add_measurement(t, rsrq_db_of(own, 50, 2), channel_mcs=channel[t])
+    e = a.estimate()
+    assert e is not None and e.scheduled_subframes == 3
+    # The connection (and so the window) starts at the first scheduled subframe, t = 3.
+    assert e.mcs_source == "channel-window" and e.mean_mcs == pytest.approx(sum(channel[3:]) / 97)
+    for t in range(100, 100 + MIN_SCHEDULED_SUBFRAMES):   # a flow starts: scheduled at MCS 12
+        a.add_subframe(t, 40, 12)
+        a.add_measurement(t, rsrq_db_of(40, 50, 2), channel_mcs=16)
+    e = a.estimate()
+    assert e is not None and e.scheduled_subframes == MIN_SCHEDULED_SUBFRAMES + 2
+    assert e.mcs_source == "window"
+    assert e.mean_mcs == pytest.approx((5 * 2 + 12 * MIN_SCHEDULED_SUBFRAMES) / (MIN_SCHEDULED_SUBFRAMES + 2))
 
 
 # -- sliding with changing T --------------------------------------------------------------------

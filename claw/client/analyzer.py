@@ -11,7 +11,11 @@ in ms, 100 ms before the first echo):
 - N_t = N_rb · T, N_a = N_t · L, N_I = N_t − N_a, N_s = Σ S_k, N_f = min(N_s + N_I, N_t)
   (CQIC: N_f = min(N_s, N_t));
 - the mean MCS of the subframes in the window where the UE was scheduled (else the last
-  known MCS, else the channel-quality MCS the feed reports);
+  known MCS, else the channel-quality MCS the feed reports). **Departure**
+  (``claw/DESIGN.md``, Client): a window with fewer than :data:`MIN_SCHEDULED_SUBFRAMES`
+  scheduled subframes (an idle UE's, or a connection's first) takes the mean channel-quality MCS
+  the feed reported over the window instead — the MCS of two or three subframes is as noisy
+  as the channel itself and would set the first W_claw of a flow by luck;
 - W_claw = T · TBS(I_TBS(mean MCS), round(N_f / T)) / 8 bytes, N_PRB clamped to [1, N_rb],
   the two-layer TBS when the feed reports two layers.
 
@@ -40,6 +44,9 @@ from dataclasses import dataclass
 
 from clawbed import lte
 
+#: Below this many scheduled subframes in the window, the mean MCS is the channel-quality
+#: MCS's mean over the window (when the feed reports one); a tenth of the 100-ms default T.
+MIN_SCHEDULED_SUBFRAMES = 10
 #: Subframes kept, ms: at least the longest window the feedback can carry (10 s).
 RING_MS = 16384
 #: Longest window T, ms (the feedback's ``window_ms`` range).
@@ -154,7 +161,9 @@ class Estimate:
     #: The MCS used for W_claw (a mean over scheduled subframes, or a fallback), or None
     #: when no MCS is known yet (then W_claw is 0 and must not be sent).
     mean_mcs: float | None
-    #: Where ``mean_mcs`` came from: ``window``, ``last``, ``channel`` or ``none``.
+    #: Where ``mean_mcs`` came from: ``window`` (scheduled subframes), ``channel-window`` (the
+    #: channel-quality MCS over the window, when few were scheduled), ``last``, ``channel``
+    #: (the last channel-quality MCS) or ``none``.
     mcs_source: str
     #: Spatial layers used for the TBS (1 or 2).
     layers: int
@@ -196,6 +205,7 @@ class LoadAnalyzer:
         self._r_ppb = [0] * RING_MS
         self._own_rbs = [0] * RING_MS
         self._mcs = [-1] * RING_MS             # -1: not scheduled (or an MCS outside 0..28)
+        self._chan_mcs = [-1] * RING_MS        # channel-quality MCS measured (-1: none)
         self._two_layers = [False] * RING_MS
         self.active = False
         self._epoch_ms = 0                     # first subframe of the current connection
@@ -276,8 +286,13 @@ class LoadAnalyzer:
             if valid_mcs:
                 self._last_mcs = mcs
 
-    def add_measurement(self, t_ms: int, rsrq_db: float) -> None:
-        """An RSRQ measurement (dB) made in subframe ``t_ms``."""
+    def add_measurement(self, t_ms: int, rsrq_db: float, channel_mcs: int | None = None) -> None:
+        """An RSRQ measurement (dB) made in subframe ``t_ms``, with the channel-quality MCS
+        the feed reported with it (None: none)."""
+        if channel_mcs is not None and not 0 <= channel_mcs <= lte.MAX_MCS:
+            channel_mcs = None
+        if channel_mcs is not None:
+            self._channel_mcs = channel_mcs
         r = load_from_rsrq_db(rsrq_db, self.cell.n_antennas) if self.clamp == "sample" else \
             load_from_rsrq_db_unclamped(rsrq_db, self.cell.n_antennas)
         if not self.active:
@@ -294,16 +309,18 @@ class LoadAnalyzer:
         if in_window and self._meas_t[i] == t_ms:
             self._sum_r -= self._r_ppb[i]
             self._n_meas -= 1
+            if self._chan_mcs[i] >= 0:
+                self._sum_chan -= self._chan_mcs[i]
+                self._n_chan -= 1
         self._meas_t[i] = t_ms
         self._r_ppb[i] = ppb
+        self._chan_mcs[i] = -1 if channel_mcs is None else channel_mcs
         if in_window:
             self._sum_r += ppb
             self._n_meas += 1
-
-    def note_channel_mcs(self, mcs: int | None) -> None:
-        """The channel-quality MCS the feed reports (the fallback before any scheduling)."""
-        if mcs is not None and 0 <= mcs <= lte.MAX_MCS:
-            self._channel_mcs = mcs
+            if channel_mcs is not None:
+                self._sum_chan += channel_mcs
+                self._n_chan += 1
 
     def radio_idle(self) -> None:
         """Freeze: the radio went idle. The next scheduled subframe starts a fresh window."""
@@ -341,6 +358,8 @@ class LoadAnalyzer:
         self._sum_mcs = 0    # Σ MCS over scheduled subframes
         self._n_sched = 0    # scheduled subframes with a valid MCS
         self._n_two = 0      # ... of which two-layer
+        self._sum_chan = 0   # Σ channel-quality MCS over the window's measurements
+        self._n_chan = 0     # ... measurements that carried one
 
     def _start(self, t_ms: int) -> None:
         """A connection starts at ``t_ms``: an empty window from there."""
@@ -356,6 +375,7 @@ class LoadAnalyzer:
         if self._slot_t[i] != t_ms:
             self._slot_t[i] = t_ms
             self._meas_t[i] = -1
+            self._chan_mcs[i] = -1
             self._own_rbs[i] = 0
             self._mcs[i] = -1
             self._two_layers[i] = False
@@ -397,6 +417,9 @@ class LoadAnalyzer:
         if self._meas_t[i] == u:
             self._sum_r += sign * self._r_ppb[i]
             self._n_meas += sign
+            if self._chan_mcs[i] >= 0:
+                self._sum_chan += sign * self._chan_mcs[i]
+                self._n_chan += sign
 
     def _compute(self) -> Estimate:
         window = self._window_ms
@@ -417,12 +440,13 @@ class LoadAnalyzer:
         elapsed = self._hi - self._lo + 1
         n_s_window = n_s * window / elapsed if 0 < elapsed < window else float(n_s)
         n_f = float(min(n_s_window + n_i, n_t)) if self.variant is Variant.CLAW else float(min(n_s_window, n_t))
-        if self._n_sched:
-            mean_mcs: float | None = self._sum_mcs / self._n_sched
-            source = "window"
-            layers = 2 if 2 * self._n_two > self._n_sched else 1
+        layers = (2 if 2 * self._n_two > self._n_sched else 1) if self._n_sched else self._last_layers
+        mean_mcs: float | None
+        if self._n_sched < MIN_SCHEDULED_SUBFRAMES and self._n_chan:
+            mean_mcs, source = self._sum_chan / self._n_chan, "channel-window"
+        elif self._n_sched:
+            mean_mcs, source = self._sum_mcs / self._n_sched, "window"
         else:
-            layers = self._last_layers
             if self._last_mcs is not None:
                 mean_mcs, source = float(self._last_mcs), "last"
             elif self._channel_mcs is not None:

@@ -237,8 +237,7 @@ class ClientCore:
                     self._early_pdsch = []
                 self._reach(m.t_ms, unix_s, step)
                 assert self.analyzer is not None
-                self.analyzer.note_channel_mcs(m.channel_mcs)
-                self.analyzer.add_measurement(m.t_ms, m.rsrq_db)
+                self.analyzer.add_measurement(m.t_ms, m.rsrq_db, m.channel_mcs)
         elif kind == MAC_DL_TRANSPORT_BLOCK:
             at = self.decoder.subframe_of(message)
             if at is not None:
