@@ -73,11 +73,21 @@ pub fn spin_until(deadline_ns: Nanos, mut now: Nanos) -> Nanos {
 /// once per deadline. The margin is the 90th percentile of the last [`SpinMargin::WINDOW`]
 /// wake-ups' lateness: nine wake-ups in ten are on time, and the rare slow one (a virtual
 /// CPU descheduled for milliseconds) does not make every later wake-up spin for it.
+///
+/// Spinning is also held to a budget, [`SpinMargin::BUDGET_PERMILLE`] of a core: the margin
+/// is at most that share of the mean time between wake-ups. A sparse packet (a ping) is
+/// written with the full margin; a flow that wakes the writer every millisecond gets a
+/// 10 µs margin, its writes then late by the timer's own lateness beyond that (tens of µs
+/// here), instead of the writer burning a few per cent of a core for it.
 #[derive(Debug, Clone)]
 pub struct SpinMargin {
     margin_ns: Nanos,
     recent: [Nanos; SpinMargin::WINDOW],
     seen: usize,
+    /// Moving mean of the time between wake-ups, ns.
+    mean_gap_ns: Nanos,
+    /// The last wake-up, monotonic ns (None before the first).
+    last_wake_ns: Option<Nanos>,
 }
 
 impl SpinMargin {
@@ -87,21 +97,41 @@ impl SpinMargin {
     pub const MIN_NS: Nanos = 2 * NANOS_PER_US;
     /// Largest margin, ns: beyond it, spinning would cost more than the lateness it hides.
     pub const MAX_NS: Nanos = 100 * NANOS_PER_US;
+    /// Share of a core spent spinning at most, per thousand (of the time between wake-ups).
+    pub const BUDGET_PERMILLE: Nanos = 10;
     /// The margin is recomputed every this many wake-ups.
     const EVERY: usize = 32;
+    /// Weight of a new gap in the mean time between wake-ups: 1/16.
+    const GAP_SHIFT: u32 = 4;
+    /// Gaps longer than this count as this long (an idle hour must not take an hour of
+    /// wake-ups to forget), ns.
+    const MAX_GAP_NS: Nanos = 1_000 * NANOS_PER_MS;
 
-    /// A margin starting at 20 µs.
+    /// A margin starting at 20 µs, before any gap is known: no budget limit yet.
     pub fn new() -> SpinMargin {
-        SpinMargin { margin_ns: 20 * NANOS_PER_US, recent: [0; SpinMargin::WINDOW], seen: 0 }
+        SpinMargin {
+            margin_ns: 20 * NANOS_PER_US,
+            recent: [0; SpinMargin::WINDOW],
+            seen: 0,
+            mean_gap_ns: SpinMargin::MAX_GAP_NS,
+            last_wake_ns: None,
+        }
     }
 
-    /// The margin now, ns.
+    /// The margin now, ns: the learnt one within the spinning budget, at least
+    /// [`SpinMargin::MIN_NS`].
     pub fn ns(&self) -> Nanos {
-        self.margin_ns
+        let budget_ns = self.mean_gap_ns * SpinMargin::BUDGET_PERMILLE / 1000;
+        self.margin_ns.min(budget_ns).max(SpinMargin::MIN_NS)
     }
 
-    /// Learns from a wake-up `late_ns` after the time asked for.
-    pub fn learn(&mut self, late_ns: Nanos) {
+    /// Learns from a wake-up at `woke_ns` (monotonic), `late_ns` after the time asked for.
+    pub fn learn(&mut self, late_ns: Nanos, woke_ns: Nanos) {
+        if let Some(last) = self.last_wake_ns {
+            let gap = (woke_ns - last).clamp(0, SpinMargin::MAX_GAP_NS);
+            self.mean_gap_ns += (gap - self.mean_gap_ns) >> SpinMargin::GAP_SHIFT;
+        }
+        self.last_wake_ns = Some(woke_ns);
         self.recent[self.seen % SpinMargin::WINDOW] = late_ns.max(0);
         self.seen += 1;
         if self.seen % SpinMargin::EVERY == 0 {
@@ -400,20 +430,50 @@ mod tests {
     #[test]
     fn spin_margin_is_the_recent_90th_percentile() {
         let mut m = SpinMargin::new();
+        // Wake-ups 100 ms apart: the budget (1 ms of spinning) does not bind.
+        let mut woke = 0;
+        let mut learn = |m: &mut SpinMargin, late_ns: Nanos, gap_ns: Nanos| {
+            woke += gap_ns;
+            m.learn(late_ns, woke);
+        };
         // 1..=128 µs: the 90th percentile is about 116 µs, capped at 100.
         for us in 1..=128 {
-            m.learn(us * NANOS_PER_US);
+            learn(&mut m, us * NANOS_PER_US, 100 * NANOS_PER_MS);
         }
         assert_eq!(m.ns(), SpinMargin::MAX_NS);
         // Mostly 10 µs with a rare 10 ms: the rare one does not count.
         for i in 0..128 {
-            m.learn(if i % 20 == 0 { 10 * NANOS_PER_MS } else { 10 * NANOS_PER_US });
+            learn(&mut m, if i % 20 == 0 { 10 * NANOS_PER_MS } else { 10 * NANOS_PER_US }, 100 * NANOS_PER_MS);
         }
         assert_eq!(m.ns(), 10 * NANOS_PER_US);
         for _ in 0..128 {
-            m.learn(0);
+            learn(&mut m, 0, 100 * NANOS_PER_MS);
         }
         assert_eq!(m.ns(), SpinMargin::MIN_NS);
+    }
+
+    #[test]
+    fn spin_margin_keeps_to_its_budget_when_wake_ups_are_frequent() {
+        let mut m = SpinMargin::new();
+        let mut woke = 0;
+        // 60 µs late every time: the learnt margin is 60 µs.
+        for _ in 0..128 {
+            woke += 100 * NANOS_PER_MS;
+            m.learn(60 * NANOS_PER_US, woke);
+        }
+        assert_eq!(m.ns(), 60 * NANOS_PER_US);
+        // Every millisecond: at most 1 % of it, 10 µs.
+        for _ in 0..256 {
+            woke += NANOS_PER_MS;
+            m.learn(60 * NANOS_PER_US, woke);
+        }
+        assert!((10 * NANOS_PER_US..11 * NANOS_PER_US).contains(&m.ns()), "{}", m.ns());
+        // Sparse again: the full margin comes back.
+        for _ in 0..256 {
+            woke += 100 * NANOS_PER_MS;
+            m.learn(60 * NANOS_PER_US, woke);
+        }
+        assert_eq!(m.ns(), 60 * NANOS_PER_US);
     }
 
     #[test]

@@ -14,10 +14,12 @@
 //! missed subframes back to back (the emulated timeline has no holes).
 //!
 //! An idle cell (nothing queued anywhere, no diag subscriber) gives the same outputs
-//! whenever its subframes run, so the thread then sleeps up to [`IDLE_BATCH_NS`] and runs
-//! them in a batch; the reader rings its doorbell when a packet arrives, and the batch runs
-//! at once, each subframe seeing only the packets read before its start. An idle emulator
-//! thus wakes 100 times a second, not 1000.
+//! whenever its subframes run, so once it has been idle for [`IDLE_HOLD_SUBFRAMES`] the
+//! thread sleeps up to [`IDLE_BATCH_NS`] and runs them in a batch; the reader rings its
+//! doorbell when a packet arrives, and the batch runs at once, each subframe seeing only
+//! the packets read before its start. An idle emulator thus wakes 100 times a second, not
+//! 1000; a paced flow whose packets leave the cell between arrivals (each would otherwise
+//! cost a doorbell wake-up on top of the subframe's) keeps the 1 ms rhythm.
 //!
 //! Everything that leaves this thread (packets, diag, truth, packet-log drops) goes through
 //! bounded lock-free queues: this thread never waits for another.
@@ -48,6 +50,11 @@ const PAUSE_POLL_NS: Nanos = 5 * NANOS_PER_MS;
 /// Longest an idle cell's subframes wait to be run in a batch, ns: a stop or pause signal
 /// is seen within this, and the diag files get the idle subframes this late.
 pub const IDLE_BATCH_NS: Nanos = 10 * NANOS_PER_MS;
+
+/// Subframes a cell must have been idle in a row before its subframes are batched: short
+/// gaps between a flow's packets keep the plain 1 ms rhythm, which costs one wake-up per
+/// subframe instead of one per packet plus one per subframe.
+pub const IDLE_HOLD_SUBFRAMES: u64 = 20;
 
 /// A packet inside the emulator, the cell's handle.
 #[derive(Debug)]
@@ -183,6 +190,8 @@ pub struct Engine {
     timing: Timing,
     time: Arc<TimeBase>,
     next_subframe: u64,
+    /// The last subframe run with something queued in the cell or on its way to it.
+    last_busy_subframe: u64,
     /// The last pause, monotonic ns (empty before the first).
     last_pause_mono_ns: std::ops::Range<Nanos>,
     lateness: Histogram,
@@ -236,6 +245,7 @@ impl Engine {
             timing,
             time,
             next_subframe: 0,
+            last_busy_subframe: 0,
             last_pause_mono_ns: 0..0,
             lateness: Histogram::new(),
             drops: Vec::new(),
@@ -274,7 +284,12 @@ impl Engine {
             signals.take_resume();
             let boundary = self.next_subframe as Nanos * NANOS_PER_MS;
             let ticket = self.arrival_bell.ticket();
-            let idle = self.idle();
+            let idle = if self.idle() {
+                self.next_subframe >= self.last_busy_subframe + IDLE_HOLD_SUBFRAMES
+            } else {
+                self.last_busy_subframe = self.next_subframe;
+                false
+            };
             let now = if idle {
                 self.arrival_bell.wait(ticket, Some(self.time.monotonic(boundary + IDLE_BATCH_NS)));
                 self.time.now()

@@ -3,7 +3,10 @@
 //!
 //! One thread waits on all TUN descriptors with `epoll` and drains each ready device in
 //! batches of up to [`READ_BATCH`] packets, round-robin, so a flood on one device cannot
-//! starve the others. Each read lands in one scratch buffer large enough for a super-packet
+//! starve the others. A device whose packets come one at a time (a paced flow: each wakes
+//! the thread alone) is read one packet per wake-up instead: the read that would only say
+//! "nothing more" is a third of the system calls per packet there, and `epoll` (level-
+//! triggered) reports the device again at once if more was waiting. Each read lands in one scratch buffer large enough for a super-packet
 //! and is copied into a pooled buffer of the packet's size; a TCP super-packet (segmentation
 //! offload on, `crate::offload`) is split into its MSS segments on the way. Downlink packets
 //! (from the core TUN) are sent to the UE their IPv4 destination belongs to. Only IPv4 is
@@ -28,6 +31,10 @@ use crate::tun::Tun;
 
 /// Packets read from one device before looking at the others.
 pub const READ_BATCH: usize = 64;
+
+/// Two packets read from a device in one-at-a-time mode closer together than this mean a
+/// backlog: back to batches, ns.
+const BACKLOG_GAP_NS: Nanos = 20_000;
 
 /// Size of the read buffer: a virtio header and the largest IPv4 packet.
 const READ_BUFFER_BYTES: usize = VNET_HDR_BYTES + 65_536;
@@ -134,6 +141,10 @@ pub struct Reader {
     bell: Arc<Doorbell>,
     /// Number of the next super-packet (segments carry it, so the writer can merge them).
     next_train: u32,
+    /// Per device (token): read one packet per wake-up (its packets come one at a time).
+    one_at_a_time: Vec<bool>,
+    /// Per device: when its last packet was read, monotonic ns.
+    last_read_ns: Vec<Nanos>,
     counters: ReaderCounters,
 }
 
@@ -159,8 +170,20 @@ impl Reader {
             check_os(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, tun.as_raw_fd(), &mut event) })
                 .context(|| format!("watching TUN {} for input", tun.name()))?;
         }
+        let n_devices = 1 + devices.ues.len();
         let counters = ReaderCounters { non_ipv4_ue: vec![0; devices.ues.len()], ..ReaderCounters::default() };
-        Ok(Reader { epoll, devices, demux, pool, out, bell, next_train: 0, counters })
+        Ok(Reader {
+            epoll,
+            devices,
+            demux,
+            pool,
+            out,
+            bell,
+            next_train: 0,
+            one_at_a_time: vec![false; n_devices],
+            last_read_ns: vec![0; n_devices],
+            counters,
+        })
     }
 
     /// Reads until `stop` is set; returns the counters.
@@ -194,17 +217,24 @@ impl Reader {
     fn read_batch(&mut self, token: usize, buffer: &mut [u8]) -> bool {
         let devices = Arc::clone(&self.devices);
         let tun = if token == 0 { &devices.core } else { &devices.ues[token - 1] };
-        for _ in 0..READ_BATCH {
+        let limit = if self.one_at_a_time[token] { 1 } else { READ_BATCH };
+        for n_read in 0..limit {
             let len = match tun.read(buffer) {
                 Ok(len) => len,
                 Err(e) => {
                     if !is_transient(&e) {
                         self.counters.read_errors += 1;
                     }
+                    // A batch that found at most one packet: they come one at a time.
+                    self.one_at_a_time[token] = n_read <= 1;
                     return false;
                 }
             };
             let read_at_mono_ns = monotonic_now_ns();
+            if self.one_at_a_time[token] && read_at_mono_ns - self.last_read_ns[token] < BACKLOG_GAP_NS {
+                self.one_at_a_time[token] = false;
+            }
+            self.last_read_ns[token] = read_at_mono_ns;
             let (hdr, packet) = if tun.offload() {
                 match VnetHdr::parse(&buffer[..len]) {
                     Some(hdr) => (Some(hdr), &buffer[VNET_HDR_BYTES..len]),
@@ -259,7 +289,8 @@ impl Reader {
                 },
             }
         }
-        true
+        // One at a time: epoll says whether more is waiting. A full batch: maybe more.
+        !self.one_at_a_time[token] || limit == READ_BATCH
     }
 
     /// Where a packet read from device `token` goes: (UE, direction), or `None` (counted)

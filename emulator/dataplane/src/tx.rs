@@ -264,7 +264,7 @@ impl Writer {
                 let woke = monotonic_now_ns();
                 // A ring wakes it before the time (a packet due sooner): nothing to learn.
                 if woke >= wake_at {
-                    self.margin.learn(woke - wake_at);
+                    self.margin.learn(woke - wake_at, woke);
                     self.wake_lateness.record(woke - wake_at);
                 }
                 // Awake: look again (a packet handed over meanwhile may be due sooner).
