@@ -167,13 +167,13 @@ def _check_prefix(route: str) -> str:
     return route
 
 
-class CoreConfig(_Model):
-    """The core side: its namespace and TUN (servers listen on ``address``)."""
+class _TunSide(_Model):
+    """A side of the emulator: the namespace its TUN is made in, the TUN's name, the
+    prefixes routed into it."""
 
     netns: str = Field(min_length=1)
     tun: str | None = None
-    address: ipaddress.IPv4Address = ipaddress.IPv4Address("10.200.0.1")
-    routes: list[str] = Field(default_factory=list, description="extra prefixes into the core TUN (UE addresses are routed anyway)")
+    routes: list[str] = Field(default_factory=list)
 
     @field_validator("tun")
     @classmethod
@@ -186,11 +186,16 @@ class CoreConfig(_Model):
         return [_check_prefix(r) for r in routes]
 
 
-class UeConfig(_Model):
+class CoreConfig(_TunSide):
+    """The core side: its namespace and TUN (servers listen on ``address``)."""
+
+    address: ipaddress.IPv4Address = ipaddress.IPv4Address("10.200.0.1")
+    routes: list[str] = Field(default_factory=list, description="extra prefixes into the core TUN (UE addresses are routed anyway)")
+
+
+class UeConfig(_TunSide):
     """One emulated UE: its namespace and TUN, what drives its links, its diag port."""
 
-    netns: str = Field(min_length=1)
-    tun: str | None = None
     address: ipaddress.IPv4Address | None = None
     routes: list[str] = Field(default_factory=lambda: ["default"])
     trace: Path | None = Field(None, description="PHY trace (.cbt/.csv), mode cell")
@@ -203,16 +208,6 @@ class UeConfig(_Model):
                                           description="drop-tail limit of the UE's uplink buffer, bytes")
     diag_port: int = Field(DEFAULT_DIAG_PORT, ge=0, le=65535, description="0: any free port")
     cell: UeCellConfig = Field(default_factory=UeCellConfig)
-
-    @field_validator("tun")
-    @classmethod
-    def _tun(cls, name: str | None) -> str | None:
-        return _check_ifname(name)
-
-    @field_validator("routes")
-    @classmethod
-    def _routes(cls, routes: list[str]) -> list[str]:
-        return [_check_prefix(r) for r in routes]
 
     @field_validator("rate", "uplink_rate")
     @classmethod
