@@ -292,6 +292,15 @@ class Resources(contextlib.ExitStack):
         self.callback(proc.close)
         return proc
 
+    def record_process(self, pid: int, *, name: str, argv: Sequence[str],
+                       stop_signal: signal.Signals = signal.SIGTERM) -> None:
+        """Write to the ledger a process another library started for this run (a Mininet
+        host's shell), so that ``clawbed cleanup`` stops it with ``stop_signal`` if the run is
+        killed; while the run lives, the object that started it stops it (registered on this
+        stack by its caller). ``stop_signal``: what ends it (an interactive bash ignores SIGTERM)."""
+        self.ledger.record("process", name, pid=pid, argv=list(argv), start_ticks=_start_ticks(pid),
+                           signal=stop_signal.name)
+
 
 def _raise_interrupt_in(owner_pid: int) -> Callable[[int, FrameType | None], None]:
     """A SIGTERM handler that unwinds the owner process like Ctrl-C, and in a forked child
@@ -332,7 +341,7 @@ def cleanup_from_ledger(path: Path) -> list[str]:
         elif kind == "process":
             pid = int(entry["pid"])
             if _pid_runs(pid, entry.get("argv", []), entry.get("start_ticks")):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.Signals[entry.get("signal", "SIGTERM")])
                 removed.append(f"process {name} (pid {pid})")
         elif kind == "link":
             with contextlib.suppress(OSError, NetlinkError):

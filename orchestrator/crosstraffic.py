@@ -8,8 +8,10 @@ topo)`` makes its namespaces and processes through the run's :class:`~clawbed.ne
 them (Mahimahi-style: each adds one source of load, none knows of the others):
 
 - :class:`BulkCross` — ``flows`` iperf3 TCP flows from a cross-traffic host
-  (``cb<rid>x<i>``, :meth:`~clawbed.emulator.topology.CellTopology.add_cross_host`) to a sink
-  in the core namespace, through the server's TBF;
+  (``cb<rid>x<i>``, a Mininet host on the wired side's gateway:
+  :meth:`~clawbed.emulator.topology.CellTopology.add_cross_host`) to a sink on the core
+  router's end of the wired bottleneck, so they cross the bottleneck the server's traffic
+  crosses (``orchestrator/topology.py``);
 - :class:`OnOffCross` — web-like transfers from a cross-traffic host: off periods
   exponentially distributed, each on period one new TCP connection carrying a lognormal
   number of bytes (the sender below, seeded);
@@ -40,14 +42,17 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from clawbed.claw.schemes import get_scheme
 from clawbed.claw.schemes.base import KernelScheme
-from clawbed.emulator.topology import CellTopology, ServerNode, UeNode
+from clawbed.emulator.topology import CellTopology, UeNode
 from clawbed.errors import InputError
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wait_until
 from clawbed.replay import pages
+
+if TYPE_CHECKING:
+    from clawbed.orchestrator.topology import WiredHost
 
 CROSS_KINDS = ("bulk", "onoff")
 OTHER_UE_KINDS = ("bulk", "page")
@@ -68,7 +73,7 @@ ONOFF_SIGMA = 1.0
 #: Mean think time between an other UE's page downloads, ms.
 PAGE_OFF_MS = 1000.0
 #: nft table (in the core namespace) whose input chain counts each cross host's bytes once
-#: they have crossed the bottleneck; it goes with the namespace.
+#: they have crossed the wired bottleneck (the gateway's egress); it goes with the namespace.
 NFT_TABLE = "clawbed_cross"
 
 
@@ -221,30 +226,32 @@ def _rx_bytes(ue: UeNode) -> int:
 
 
 class _CrossHost(Background):
-    """A cross-traffic host behind the bottleneck with a receiver in the core namespace."""
+    """A cross-traffic host on the wired side with its receiver in the core namespace, on the
+    core router's end of the wired bottleneck (so what it receives has crossed the bottleneck)."""
 
     def __init__(self, spec: CrossTrafficSpec) -> None:
         super().__init__()
         spec.check()
         self.spec = spec
-        self.host: ServerNode | None = None
+        self.host: WiredHost | None = None
         self._core: Namespace | None = None
         self.name = f"cross-{spec.kind}"
 
     def start(self, res: Resources, topo: CellTopology) -> None:
         self.host = topo.add_cross_host()
         self._core = topo.core.ns
+        assert topo.wired is not None  # add_cross_host made it
+        sink_address = str(topo.wired.core_address)
         index = len(topo.cross_hosts) - 1
         self.name = f"cross{index}-{self.spec.kind}"
         _count_from(self._core, str(self.host.address), self.host.name)
         port = CROSS_BASE_PORT + index
         log_dir = _log_dir(res)
-        receiver = res.process(self._core.command(self._receiver_argv(str(self.host.core_address), port)),
+        receiver = res.process(self._core.command(self._receiver_argv(sink_address, port)),
                                name=f"{self.name}-receiver", log_path=log_dir / f"{self.name}-receiver.log")
         self._procs.append(receiver)
         _wait_listening(self._core, port, receiver)
-        self._procs.append(res.process(self.host.command(self._sender_argv(str(self.host.core_address), port,
-                                                                           log_dir)),
+        self._procs.append(res.process(self.host.command(self._sender_argv(sink_address, port, log_dir)),
                                        name=f"{self.name}-sender", log_path=log_dir / f"{self.name}-sender.log"))
 
     @abstractmethod

@@ -4,8 +4,9 @@ Order of a run (everything through one :class:`~clawbed.netns.Resources` stack, 
 SIGTERM or an error removes exactly what was made, and every finished load stays on disk):
 
 1. the run directory and its manifest (config, versions, trace SHA-256, host facts);
-2. the topology (UE and core namespaces), the UE's sysctls (receive window), the emulator
-   on the trace;
+2. the topology (UE and core namespaces; with a wireline rate, the wired side built with
+   Mininet: the server host behind a gateway whose link to the core is the TBF bottleneck,
+   ``orchestrator/topology.py``), the UE's sysctls (receive window), the emulator on the trace;
 3. the page, materialised into ``<run dir>/site``, served by nginx (TLS, h2 or HTTP/1.1) in
    the server namespace; the TCP sampler's netlink socket in that namespace;
    then the background traffic, if any (``orchestrator/crosstraffic.py``: cross traffic
@@ -40,11 +41,12 @@ from clawbed.claw.schemes.claw import Claw
 from clawbed.claw.server.loader import available_congestion_controls
 from clawbed.emulator.config import EmulatorConfig, Scheduler, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
-from clawbed.emulator.topology import CellTopology, Shaping
+from clawbed.emulator.topology import CellTopology
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
 from clawbed.orchestrator.crosstraffic import Background, CrossTrafficSpec, OtherUeSpec, build_activities
+from clawbed.orchestrator.topology import Shaping
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
 from clawbed.replay.rundir import (RunDir, check_name, compress_in_place, default_name, host_facts, read_csv,
@@ -133,6 +135,7 @@ class ReplayConfig:
         if self.wireline_rate is not None:
             try:
                 parse_rate_bps(self.wireline_rate)
+                Shaping(self.wireline_rate)  # and what the wired bottleneck can shape
             except ValueError as e:
                 raise InputError(f"--wireline-rate: {e}") from None
         if self.scheduler not in {s.value for s in Scheduler}:
@@ -331,7 +334,8 @@ class Replay:
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
         if cfg.wireline_rate is not None:
-            # The server moves behind the core, on a veth whose server end a TBF shapes.
+            # The server moves to the wired side: a Mininet host behind the gateway, whose
+            # link to the core router is the TBF-shaped bottleneck.
             server = topo.add_server(Shaping(cfg.wireline_rate))
             server_ns, server_device, server_address = server.ns, server.device, server.address
         ue.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in UE_TCP_RMEM_BYTES))
@@ -370,6 +374,9 @@ class Replay:
             self.records.append(record)
             self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))
         self._stop_background(activities)
+        if topo.wired is not None:
+            # The wired side with its bottleneck's counters over the whole run.
+            self.run_dir.write_manifest(wired=topo.wired.describe())
         counters = emu.stop()
         self.run_dir.write_manifest(emulator_counters=counters)
         # Each load kept its own slice; the whole-run feed is kept too, compressed.

@@ -1,5 +1,6 @@
-"""End to end: ``clawbed replay`` with background traffic — wired cross traffic through the
-wireline bottleneck, other UEs in the cell — and the flags' errors; nothing left behind."""
+"""End to end: ``clawbed replay`` with background traffic — wired cross traffic (bulk and
+on/off web-like, from Mininet cross hosts) through the wireline bottleneck, other UEs in the
+cell — and the flags' errors; nothing left behind."""
 
 from __future__ import annotations
 
@@ -70,6 +71,42 @@ def test_bulk_cross_traffic_crosses_the_bottleneck_and_slows_the_page(clawbed_cl
     plt_alone = statistics.median(r["plt_ms"] for r in alone_records)
     plt_crossed = statistics.median(r["plt_ms"] for r in crossed_records)
     assert plt_crossed > plt_alone, (plt_alone, plt_crossed)
+
+
+@pytest.mark.root
+def test_onoff_cross_traffic_shares_the_bottleneck_through_a_replay(clawbed_cli: Path, tmp_path: Path) -> None:
+    _needs_root()
+    proc = _replay(clawbed_cli, tmp_path, "onoff", "--runs", "3", "--wireline-rate", WIRELINE,
+                   "--cross-traffic", "onoff:4")
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "onoff"
+    _assert_nothing_left(run_dir)
+
+    # The page loads completed.
+    records = read_results(run_dir)
+    assert len(records) == 3 and all(r["ok"] for r in records), [r["error"] for r in records]
+    assert all(r["bytes_total"] >= r["page_bytes"] for r in records)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [onoff] = manifest["background"]
+    assert (onoff["kind"], onoff["flows"], onoff["cc"]) == ("onoff", 4, "cubic")
+    assert onoff["namespace"].endswith("x0")
+    # Web-like transfers from the Mininet cross host completed (the sink read each to its end)...
+    log = run_dir / "background" / "cross0-onoff-transfers.jsonl"
+    transfers = [json.loads(line) for line in log.read_text().splitlines()]
+    assert transfers and {t["flow"] for t in transfers} <= {0, 1, 2, 3}
+    # ... their bytes were counted in the core router, past the gateway's TBF, during the loads
+    # and over the run ...
+    cross_bytes = onoff["bytes_delivered"]
+    during_loads = sum(r["background_bytes"]["cross0-onoff"] for r in records)
+    assert cross_bytes > 0 and during_loads > 0
+    # ... and the bottleneck carried them and the pages.
+    bottleneck = manifest["wired"]["bottleneck"]
+    assert (bottleneck["shaping"]["rate"], bottleneck["shaping"]["qdisc"]) == (WIRELINE, "tbf")
+    page_bytes = sum(r["bytes_total"] for r in records)
+    assert bottleneck["sent_bytes"] >= cross_bytes + page_bytes, (bottleneck, cross_bytes, page_bytes)
+    print(f"on/off cross traffic: {len(transfers)} transfers, {cross_bytes} B through the bottleneck "
+          f"({during_loads} B during the loads); bottleneck sent {bottleneck['sent_bytes']} B, dropped "
+          f"{bottleneck['dropped_packets']} packets; PLTs {[round(r['plt_ms']) for r in records]} ms")
 
 
 @pytest.mark.root

@@ -106,6 +106,22 @@ def test_ledger_cleans_up_after_sigkill(tmp_path: Path) -> None:
     assert leftovers(rid) == []
 
 
+def test_a_recorded_process_of_another_library_is_stopped_by_its_own_signal(tmp_path: Path) -> None:
+    """As a Mininet host's shell is: started by another library, ignoring SIGTERM (an
+    interactive bash does), recorded with SIGHUP for ``clawbed cleanup``."""
+    ledger = tmp_path / "l.jsonl"
+    shell = subprocess.Popen(["bash", "-c", "trap '' TERM; exec sleep 60"])
+    try:
+        # Only its ledger is used, as a SIGKILLed run leaves it.
+        Resources(new_run_id(), ledger).record_process(shell.pid, name="shell", argv=shell.args,
+                                                       stop_signal=signal.SIGHUP)
+        assert cleanup_from_ledger(ledger) == [f"process shell (pid {shell.pid})"]
+        assert shell.wait(timeout=5) == -signal.SIGHUP
+    finally:
+        shell.kill()
+        shell.wait()
+
+
 def test_socket_in_namespace_reaches_that_namespaces_loopback(tmp_path: Path) -> None:
     from clawbed.netns import socket_in_namespace
 
