@@ -19,7 +19,7 @@ from rich.table import Table
 
 from clawbed.errors import InputError
 from clawbed.orchestrator import regress as rg
-from clawbed.orchestrator.runner import make_executor, run_suite
+from clawbed.orchestrator.runner import Executor, make_executor, run_suite
 from clawbed.orchestrator.spec import load_spec
 from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows
 
@@ -27,8 +27,24 @@ _store_option = click.option("--store", "store_path", type=click.Path(path_type=
                              help="the SQLite result store (default: <runs>/results.sqlite)")
 _influx_option = click.option("--influx", "influx_url", default=None,
                               help="also write each load to this InfluxDB (default: $CLAWBED_INFLUX_URL, if set)")
+_executor_option = click.option(
+    "--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+    help="local: scenarios one after another in this process; ray: each scenario a Ray task on a root worker")
+_ray_address_option = click.option(
+    "--ray-address", envvar="RAY_ADDRESS", default=None, metavar="HOST:PORT",
+    help="the Ray cluster to run on (--executor ray; default: $RAY_ADDRESS, else a local cluster started for "
+         "the sweep and stopped after it)")
 _spec_argument = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, exists=True,
                                                                              dir_okay=False))
+
+
+def _executor(name: str, ray_address: str | None) -> Executor:
+    """The executor of ``--executor``; ``$RAY_ADDRESS`` counts only for ``ray``, while an
+    explicit ``--ray-address`` with ``local`` is an error."""
+    source = click.get_current_context().get_parameter_source("ray_address")
+    if name != "ray" and source is not click.core.ParameterSource.COMMANDLINE:
+        ray_address = None
+    return make_executor(name, ray_address)
 
 
 def _console() -> Console:
@@ -68,8 +84,8 @@ def suite_list(spec_path: Path) -> None:
 @click.option("--resume", is_flag=True, help="continue the sweep: run only the loads not recorded yet")
 @click.option("--only", multiple=True, metavar="ID", help="only this scenario (id prefix or label); repeatable")
 @click.option("--sweep", default=DEFAULT_SWEEP, show_default=True, help="name of this campaign in the store")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
-@click.option("--ray-address", default=None, help="Ray cluster address (--executor ray)")
+@_executor_option
+@_ray_address_option
 @click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
               help="folder of the suites' run directories (default: <runs>/suites)")
 @click.option("--run-id-prefix", default="", help="first characters of each run id (e.g. 'or' for manual runs)")
@@ -82,7 +98,7 @@ def suite_run(spec_path: Path, resume: bool, only: tuple[str, ...], sweep: str, 
     spec = load_spec(spec_path)
     with Store(store_path, influx_url) as store:
         summary = run_suite(spec, store, sweep=sweep, resume=resume, only=only,
-                            executor=make_executor(executor, ray_address), output_root=output_root,
+                            executor=_executor(executor, ray_address), output_root=output_root,
                             run_id_prefix=run_id_prefix)
         _print_summary_table(store, spec.name, sweep)
     click.echo(f"{summary.recorded} load(s) recorded, {summary.skipped} already there"
@@ -111,14 +127,16 @@ def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
 @_store_option
 def suite_report(spec_path: Path, sweep: str, store_path: Path | None) -> None:
     """Each comparison of SPEC's ``paper:`` numbers next to what this testbed measured."""
-    from clawbed.orchestrator.report import paper_rows
+    from clawbed.orchestrator.report import COLUMNS, paper_rows
 
     spec = load_spec(spec_path)
+    if not spec.spec.paper:
+        raise InputError(f"{spec_path}: the spec has no paper: list of numbers to report")
     with Store(store_path) as store:
         rows = paper_rows(spec.spec.paper, rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)))
     table = Table(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
-    for col in ("figure", "scenarios", "metric", "paper", "testbed", "n", "note"):
-        table.add_column(col)
+    for col in COLUMNS:
+        table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(*r)
     _console().print(table)
@@ -174,13 +192,15 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
 @click.option("--threshold", type=float, default=rg.DEFAULT_THRESHOLD, show_default=True,
               help="regression when the 95% CI of the median ratio lies above this")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML here")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@_executor_option
+@_ray_address_option
 @click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None)
 @click.option("--run-id-prefix", default="")
 @_store_option
 @_influx_option
 def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str | None, update_baseline: bool,
-            threshold: float, junit_path: Path | None, executor: str, output_root: Path | None, run_id_prefix: str,
+            threshold: float, junit_path: Path | None, executor: str, ray_address: str | None,
+            output_root: Path | None, run_id_prefix: str,
             store_path: Path | None, influx_url: str | None) -> None:
     """Run SPEC (or read it from the store) and compare every (scenario, scheme) PLT
     distribution with BASELINE; exit status 1 on a significant regression."""
@@ -188,7 +208,7 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
     sweep = sweep or (DEFAULT_SWEEP if from_store else f"regress-{time.strftime('%Y%m%dT%H%M%S')}")
     with Store(store_path, influx_url) as store:
         if not from_store:
-            run_suite(spec, store, sweep=sweep, resume=True, executor=make_executor(executor),
+            run_suite(spec, store, sweep=sweep, resume=True, executor=_executor(executor, ray_address),
                       output_root=output_root, run_id_prefix=run_id_prefix)
         labels = {s.label for s in spec.scenarios()}
         current = {k: v for k, v in rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)).items()

@@ -8,20 +8,26 @@ then scheme). A load is recorded when it ends, in one transaction, under a UNIQU
 kill loses at most the load in flight and can never produce a duplicate. A failed load is a
 finished load (it is recorded with its error) and is not re-run.
 
-Executors: :class:`LocalExecutor` (default) runs scenarios one after another — the ``claw``
-congestion-control name is machine-wide, so two replays with claw on one machine would
-wait for each other anyway. :class:`RayExecutor` runs each scenario as a Ray task on a
-worker that can run as root; Ray is an optional dependency.
+Executors: :class:`LocalExecutor` (default) runs scenarios one after another — a replay
+emulates the cell in real time, and a second one on the same cores would skew both one's
+timing. :class:`RayExecutor` runs each scenario as a Ray task on a node
+whose workers run as root (the ``root`` custom resource), a local cluster of its own or a
+given one; the loads stream back to this process, which alone writes the store.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+import signal
+import socket
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -31,7 +37,7 @@ from clawbed.netns import RUN_ID_ALPHABET, RUN_ID_LENGTH
 from clawbed.orchestrator.crosstraffic import CrossTrafficSpec, OtherUeSpec
 from clawbed.orchestrator.spec import LoadedSpec, Scenario, materialize_trace
 from clawbed.orchestrator.store import DEFAULT_SWEEP, LoadRow, Store
-from clawbed.paths import runs_dir
+from clawbed.paths import runs_dir, state_dir
 from clawbed.replay.run import Replay, ReplayConfig, ReplayEvent
 
 #: One finished load as the replay reports it (``replay.run`` record: scheme, round, ok, plt_ms…).
@@ -114,61 +120,237 @@ class LocalExecutor:
                 on_done(job, None)
 
 
+#: The custom resource that marks a node whose Ray workers run as root. A node offers one, so
+#: one replay at a time runs per machine (as locally: see above).
+ROOT_RESOURCE = "root"
+#: How long the driver waits for a given head's port to answer, s.
+RAY_CONNECT_TIMEOUT_S = 10.0
+#: How often the driver collects the loads the tasks have streamed back, s.
+RAY_POLL_S = 0.5
+#: How long cancelled tasks (Ctrl-C or SIGTERM of the driver) get to tear their replay down, s.
+RAY_CANCEL_GRACE_S = 60.0
+#: A local cluster's shared-memory object store: only load records travel through it.
+RAY_OBJECT_STORE_BYTES = 128 * 1024 * 1024
+#: Ray's Unix sockets live at ``<temp dir>/session_<date>_<pid>/sockets/plasma_store``, which
+#: must fit in 107 bytes: the temp dir's path may have at most this many characters.
+RAY_TEMP_DIR_MAX_CHARS = 43
+
+
+def ray_temp_dir() -> Path:
+    """Where a local cluster keeps its sessions (logs, sockets): ``<state>/ray``."""
+    return state_dir() / "ray"
+
+
+@contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set (kept where already set) for the block, restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        os.environ.setdefault(k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @dataclass
 class RayExecutor:
-    """Each job a Ray task (``num_cpus`` each, on workers with the ``root`` custom resource
-    when ``require_root``); the loads come back with the task and are recorded here, so a
-    killed driver re-runs the scenarios whose tasks had not returned. Tasks are submitted one
-    at a time unless ``max_concurrent`` > 1 (only with at most one claw scheme per worker)."""
+    """Each job a Ray task on a node with the :data:`ROOT_RESOURCE` custom resource.
+
+    ``address`` None: a local single-node cluster is started for the sweep (every server on
+    127.0.0.1, no dashboard, no usage stats, a fresh auth token, sessions under
+    :func:`ray_temp_dir`) and stopped after it by ``ray.shutdown()``; otherwise the driver
+    joins the cluster at ``address`` and only disconnects. Each task streams every load to a
+    small actor as it ends; the driver moves them into the store every :data:`RAY_POLL_S`, so
+    a killed driver loses at most the loads of that interval (a resume re-runs them). As many
+    tasks run at once as the cluster has root slots.
+    """
 
     address: str | None = None
+    #: CPUs each task reserves on its node.
     num_cpus: float = 1.0
-    require_root: bool = True
-    max_concurrent: int = 1
+    #: A local cluster's session folder (default :func:`ray_temp_dir`).
+    temp_dir: Path | None = None
 
-    def _ray(self) -> Any:
-        try:
-            import ray
-        except ImportError:
-            raise InputError("--executor ray needs Ray, which is not installed: pip install ray") from None
-        if not ray.is_initialized():
-            ray.init(address=self.address)
-        return ray
+    @contextmanager
+    def _cluster(self) -> Iterator[Any]:
+        """The connected ``ray`` module: a started local cluster or the one at ``address``."""
+        if self.address is not None:
+            _check_reachable(self.address)
+            ray = _import_ray()
+            try:
+                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
+            except (ConnectionError, ValueError, RuntimeError) as e:
+                raise InputError(f"--ray-address {self.address}: cannot join that Ray cluster: {e}") from None
+            try:
+                yield ray
+            finally:
+                ray.shutdown()  # disconnects; the cluster stays up
+            return
+        if os.geteuid() != 0:
+            raise InputError("--executor ray without --ray-address starts a local cluster, whose worker runs the "
+                             "replays: run as root (replays create network namespaces)")
+        temp = (self.temp_dir or ray_temp_dir()).resolve()
+        if len(str(temp)) > RAY_TEMP_DIR_MAX_CHARS:
+            raise InputError(f"Ray's session folder {temp} is longer than {RAY_TEMP_DIR_MAX_CHARS} characters "
+                             "(its Unix socket paths would not fit): point CLAWBED_STATE at a shorter path")
+        temp.mkdir(parents=True, exist_ok=True)
+        # Ray reads these (some at import) and hands them to every process of the cluster:
+        # single-node mode binds every server to 127.0.0.1; the token stays in the
+        # environment of this cluster's processes instead of being written to ~/.ray.
+        with _environ({"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                       "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}):
+            ray = _import_ray()
+            context = ray.init(address="local", num_cpus=os.cpu_count() or 1, resources={ROOT_RESOURCE: 1},
+                               object_store_memory=RAY_OBJECT_STORE_BYTES, include_dashboard=False,
+                               _temp_dir=str(temp), log_to_driver=False, logging_level=logging.WARNING)
+            try:
+                ip = context.address_info["node_ip_address"]
+                if ip != "127.0.0.1":
+                    raise ClawbedError(f"the local Ray cluster came up on {ip}, not 127.0.0.1: Ray was imported "
+                                       "before the executor could set it to single-node mode")
+                yield ray
+            finally:
+                ray.shutdown()  # stops every process this driver's ray.init() started
 
     def run(self, jobs: Iterable[ReplayJob], on_load: Callable[[ReplayJob, LoadRecord], None],
             on_done: Callable[[ReplayJob, BaseException | None], None]) -> None:
-        ray = self._ray()
-        resources = {"root": 1} if self.require_root else {}
-        remote = ray.remote(num_cpus=self.num_cpus, resources=resources)(_collect_loads)
-        pending: dict[Any, ReplayJob] = {}
-        queue = list(jobs)
-        while queue or pending:
-            while queue and len(pending) < self.max_concurrent:
-                job = queue.pop(0)
-                pending[remote.remote(job)] = job
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(ready[0])
+        with self._cluster() as ray, _sigterm_as_interrupt():
+            slots = int(ray.cluster_resources().get(ROOT_RESOURCE, 0))
+            if slots < 1:
+                raise InputError(f"--ray-address {self.address}: no node of that cluster offers the "
+                                 f"{ROOT_RESOURCE!r} resource; start root workers with "
+                                 f"`ray start --address=... --resources='{{\"{ROOT_RESOURCE}\": 1}}'` as root")
+            sink = ray.remote(num_cpus=0)(_LoadSink).remote()
+            # No retries: a retried replay would reuse its run directory; the runner's resume
+            # logic re-runs what is missing instead.
+            remote = ray.remote(num_cpus=self.num_cpus, resources={ROOT_RESOURCE: 1}, max_retries=0)(_run_on_worker)
+            pending: dict[Any, ReplayJob] = {}
+            by_run_id: dict[str, ReplayJob] = {}
+
+            def collect() -> None:
+                for run_id, record in ray.get(sink.drain.remote()):
+                    on_load(by_run_id[run_id], record)
+
+            queue = iter(jobs)
             try:
-                records, error = ray.get(ready[0])
-            except Exception as e:  # noqa: BLE001 — a worker's crash is the job's failure, reported per job
-                records, error = [], ClawbedError(f"Ray task failed: {e}")
-            for record in records:
-                on_load(job, record)
-            on_done(job, ClawbedError(error) if error else None)
+                while True:
+                    while len(pending) < slots and (job := next(queue, None)) is not None:
+                        by_run_id[job.run_id] = job
+                        pending[remote.remote(job, sink)] = job
+                    if not pending:
+                        break
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
+                    # A task hands over each load before it returns, so a finished task's loads
+                    # are all in this batch.
+                    collect()
+                    for ref in ready:
+                        job = pending.pop(ref)
+                        try:
+                            error = ray.get(ref)
+                        except ray.exceptions.RayError as e:  # the worker died or the replay raised a bug
+                            error = f"Ray task failed: {e}"
+                        on_done(job, ClawbedError(error) if error else None)
+            except BaseException:
+                # Ctrl-C / SIGTERM: the tasks unwind their replays (KeyboardInterrupt on the
+                # worker); what they measured until then is still recorded.
+                if pending:
+                    _cancel(ray, list(pending), collect)
+                raise
 
 
-def _collect_loads(job: ReplayJob) -> tuple[list[LoadRecord], str | None]:
-    """On a Ray worker: run the job, return its loads and its error (as text)."""
-    records: list[LoadRecord] = []
+def _cancel(ray: Any, refs: list[Any], collect: Callable[[], None]) -> None:
+    """Cancel the running tasks, give them :data:`RAY_CANCEL_GRACE_S` to tear their replays
+    down, and record what they measured. A Ctrl-C in a terminal also reaches the local
+    cluster's processes (one process group): when the cluster is gone already, the killed
+    replays' leftovers are removed by their ledgers on ``--resume``."""
     try:
-        replay_job(job, records.append)
+        for ref in refs:
+            ray.cancel(ref)
+        ray.wait(refs, num_returns=len(refs), timeout=RAY_CANCEL_GRACE_S)
+        collect()
+    except ray.exceptions.RayError:
+        pass
+
+
+class _LoadSink:
+    """A Ray actor: the tasks put each finished load here as it ends; the driver drains it.
+    It belongs to the driver's job, so it ends when the driver disconnects."""
+
+    def __init__(self) -> None:
+        self._records: list[tuple[str, LoadRecord]] = []
+
+    def put(self, run_id: str, record: LoadRecord) -> None:
+        self._records.append((run_id, record))
+
+    def drain(self) -> list[tuple[str, LoadRecord]]:
+        records, self._records = self._records, []
+        return records
+
+
+def _run_on_worker(job: ReplayJob, sink: Any) -> str | None:
+    """On a Ray worker: run the job, handing each load to ``sink`` as it ends; its error as
+    text (None: it ran to the end)."""
+    import ray
+
+    if os.geteuid() != 0:
+        return f"the Ray worker on {os.uname().nodename} is not root but offers the {ROOT_RESOURCE!r} resource"
+    try:
+        replay_job(job, lambda record: ray.get(sink.put.remote(job.run_id, record)))
     except (ClawbedError, OSError) as e:
-        return records, f"{type(e).__name__}: {e}"
-    return records, None
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a head that does not answer (``ray.init`` would retry for minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or "://" in address:
+        raise InputError(f"--ray-address {address!r}: give HOST:PORT of the cluster's head (its GCS port, "
+                         "6379 unless `ray start --head --port` said otherwise)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise InputError(f"--ray-address {address}: no Ray head answers there ({e.strerror or e}); "
+                         "start one with `ray start --head`") from None
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ClawbedError("--executor ray: Ray is missing from this environment (it is in requirements.lock): "
+                           "run `make setup`") from None
+    return ray
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (in the main thread) for the block, so a terminated
+    driver cancels its tasks and stops its cluster like a Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def make_executor(name: str, ray_address: str | None = None) -> Executor:
+    """The executor named by ``--executor`` (``--ray-address`` only with ``ray``)."""
     if name == "local":
+        if ray_address is not None:
+            raise InputError("--ray-address is for --executor ray")
         return LocalExecutor()
     if name == "ray":
         return RayExecutor(address=ray_address)
@@ -263,7 +445,8 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
                          f"--resume to continue it, or --sweep NAME for a new one")
     if resume:
         cleanup_killed(store, suite, sweep, console)
-    root = (output_root or runs_dir() / "suites") / suite / sweep
+    # Absolute: a Ray worker does not share this process's working directory.
+    root = ((output_root or runs_dir() / "suites") / suite / sweep).resolve()
     summary = SweepSummary()
     jobs: list[ReplayJob] = []
     runs_by_id = {row["scenario_id"]: row["run_dirs"] for row in store.scenarios(suite=suite, sweep=sweep)}

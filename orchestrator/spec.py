@@ -2,7 +2,7 @@
 repetitions, validated with errors that name the file and the key path, and expanded into
 scenarios with stable ids.
 
-A spec (every key but ``suite`` and ``matrix`` is optional)::
+A spec (every key but ``suite`` and ``matrix`` or ``matrices`` is optional)::
 
     suite: ci                         # the suite's name (the store's key)
     description: PLT of claw vs cubic on a small page
@@ -25,6 +25,15 @@ A spec (every key but ``suite`` and ``matrix`` is optional)::
           cross_traffic: [{kind: bulk, flows: 2, scheme: cubic}]
           other_ues: [{kind: page, page: set-01, scheme: cubic}]
 
+Instead of ``matrix``, ``matrices`` lists several named matrices (each with the keys above
+and a ``name``): the suite's scenarios are their union, so one spec can hold settings that
+are not one product, like the CLAW paper's figures (``suites/paper.yaml``). A scenario that
+two of them share is run once, with the schemes of both; a condition name means the same
+settings throughout the spec. ``paper:`` lists the paper's numbers that ``clawbed suite
+report`` sets beside the testbed's (:class:`PaperNumber`). ``extends: OTHER.yaml`` takes every
+key of that spec (beside this one) that this one does not set: a quick copy of a suite with
+fewer repetitions stays in step with it.
+
 One scenario is (trace, page, condition, seed): one replay, whose schemes are loaded in turn
 (A B A B …) ``repetitions`` times each. Its id hashes its settings only — not the schemes nor
 the repetitions — so adding a scheme or repetitions to a suite keeps the ids, and the loads
@@ -36,7 +45,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -46,6 +56,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from clawbed.claw.schemes import SCHEMES
 from clawbed.emulator.config import Scheduler, parse_rate_bps
 from clawbed.errors import InputError
+from clawbed.orchestrator.crosstraffic import OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
 from clawbed.replay import pages
 from clawbed.replay.cli import parse_size_bytes
@@ -54,6 +65,8 @@ from clawbed.traces.synth import PRESETS
 
 SAMPLE_TRACES = REPO_ROOT / "traces" / "samples"
 SYNTH_PREFIX = "synth:"
+#: The key by which a spec takes another one's keys (``extends: paper.yaml``).
+EXTENDS_KEY = "extends"
 #: Length of the scenario id (hex digits of a SHA-256): 48 bits, collision-free for any suite.
 ID_HEX_DIGITS = 12
 
@@ -83,7 +96,9 @@ class OtherUe(_Strict):
     """Another UE of the cell with traffic of its own (a page load loop or a bulk download)."""
 
     kind: Literal["page", "bulk"]
-    scheme: Annotated[str, AfterValidator(lambda v: _check_scheme(v))] = "cubic"
+    #: The sender's congestion control: what :class:`~clawbed.orchestrator.crosstraffic.OtherUeSpec`
+    #: can run on another UE (kernel CCs so far: claw and cqic need a client and an agent per UE).
+    scheme: Annotated[str, AfterValidator(lambda v: _check_other_ue_scheme(v))] = "cubic"
     page: Annotated[str, AfterValidator(lambda v: _check_page(v))] = "set-01"
 
 
@@ -157,6 +172,28 @@ def _check_scheme(name: str) -> str:
     return name
 
 
+def _check_other_ue_scheme(name: str) -> str:
+    _check_scheme(name)
+    try:
+        OtherUeSpec(scheme=name).check(flag="scheme")
+    except InputError as e:
+        raise ValueError(str(e).removeprefix("scheme: ")) from None
+    return name
+
+
+def _check_regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"{pattern!r} is not a regular expression: {e}") from None
+    return pattern
+
+
+def label_matches(pattern: str, label: str) -> bool:
+    """Whether a paper number's ``match`` (a regular expression) picks the scenario ``label``."""
+    return re.search(pattern, label) is not None
+
+
 def _unique(v: list[Any]) -> list[Any]:
     dup = sorted({str(x) for x in v if v.count(x) > 1})
     if dup:
@@ -181,19 +218,55 @@ class Matrix(_Strict):
         return self
 
 
-class PaperNumber(_Strict):
-    """A number from the paper a scenario's comparison is set beside (``clawbed suite report``)."""
+class NamedMatrix(Matrix):
+    """One of a spec's ``matrices``: a matrix with a name (a figure, a question)."""
 
-    figure: str
-    #: Which scenarios it is about: a substring of their label.
-    match: str
-    #: ``plt_s``: the mean PLT of ``scheme``; ``reduction_pct``: ``scheme``'s mean-PLT
-    #: reduction against ``versus``, %.
-    metric: Literal["plt_s", "reduction_pct"]
-    scheme: str
-    versus: str | None = None
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
+
+
+class PaperNumber(_Strict):
+    """A number from the paper that ``clawbed suite report`` sets beside the testbed's.
+
+    ``match`` (and ``versus_match``) pick scenarios by a regular expression found in their
+    label (``trace/page/condition/s<seed>``; a plain substring works as one). Metrics:
+    ``plt_s`` the mean PLT of ``scheme``; ``reduction_pct`` ``scheme``'s mean-PLT reduction
+    against ``versus`` (%, pooled over the matched scenarios, or the ``min``/``max`` over them
+    with ``across``); ``worst_reduction_pct`` the same of the worst (longest) PLT; ``rank``
+    where ``scheme``'s mean PLT ranks among every scheme measured there (1: lowest), for a
+    claim without a number ("CLAW achieves the lowest PLT"). A number the testbed cannot measure says why:
+    ``not_emulated`` (outside what it models) or ``missing`` (what it lacks to run it).
+    """
+
+    figure: str = Field(min_length=1)
+    match: Annotated[str, Field(min_length=1), AfterValidator(_check_regex)]
+    #: The ``versus`` side's scenarios when they differ from ``match``'s.
+    versus_match: Annotated[str, AfterValidator(_check_regex)] | None = None
+    metric: Literal["plt_s", "reduction_pct", "worst_reduction_pct", "rank"]
+    scheme: Annotated[str, AfterValidator(_check_scheme)]
+    versus: Annotated[str, AfterValidator(_check_scheme)] | None = None
+    across: Literal["pooled", "min", "max"] = "pooled"
     value: float
-    note: str = ""
+    #: Where the number is in the paper (section, figure, the words it paraphrases).
+    note: str = Field(min_length=1)
+    not_emulated: str | None = None
+    missing: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PaperNumber":
+        comparing = self.metric in ("reduction_pct", "worst_reduction_pct")
+        if comparing and self.versus is None:
+            raise ValueError(f"metric {self.metric} compares two schemes: set versus")
+        if not comparing and (self.versus is not None or self.versus_match is not None):
+            raise ValueError(f"metric {self.metric} has no versus side: drop versus/versus_match")
+        if self.across != "pooled" and self.metric != "reduction_pct":
+            raise ValueError("across min/max is for metric reduction_pct")
+        if self.not_emulated is not None and self.missing is not None:
+            raise ValueError("a number is either not_emulated or missing, not both")
+        return self
+
+    @property
+    def measurable(self) -> bool:
+        return self.not_emulated is None and self.missing is None
 
 
 class Spec(_Strict):
@@ -204,8 +277,37 @@ class Spec(_Strict):
     seeds: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1), AfterValidator(_unique)] = [1]
     synth_seconds: int = Field(120, ge=1, le=3600)
     load_timeout_s: float = Field(60.0, gt=0)
-    matrix: Matrix
+    matrix: Matrix | None = None
+    matrices: list[NamedMatrix] | None = Field(None, min_length=1)
     paper: list[PaperNumber] = []
+
+    @model_validator(mode="after")
+    def _one_matrix_form(self) -> "Spec":
+        if (self.matrix is None) == (self.matrices is None):
+            raise ValueError("give either matrix or matrices (a list of named matrices)")
+        if self.matrices is not None:
+            names = [m.name for m in self.matrices]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"matrices: names must be unique; repeated: {', '.join(dup)}")
+            # A condition's name is in the scenario labels that reports and baselines match by.
+            seen: dict[str, Condition] = {}
+            for m in self.matrices:
+                for i, c in enumerate(m.conditions):
+                    name = c.name or f"c{i}"
+                    if name in seen and seen[name] != c:
+                        raise ValueError(f"matrices: condition {name!r} has different settings in two matrices "
+                                         f"(matrix {m.name!r}); give them different names")
+                    seen[name] = c
+        return self
+
+    def all_matrices(self) -> list[Matrix]:
+        """``matrix`` or each of ``matrices``."""
+        return [self.matrix] if self.matrix is not None else list(self.matrices or [])
+
+    def matrix_key(self, index: int) -> str:
+        """The key path of the ``index``-th of :meth:`all_matrices` (for error messages)."""
+        return "matrix" if self.matrix is not None else f"matrices[{index}]"
 
 
 assert set(LOADERS) == {"browser", "h2"} and set(HTTP_VERSIONS) == {"2", "1.1"}, "spec out of step with replay"
@@ -256,14 +358,50 @@ def load_spec(path: Path) -> "LoadedSpec":
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         raise SpecError(f"{path.name}{where}: not valid YAML: {getattr(e, 'problem', None) or e}") from None
+    if isinstance(data, dict) and EXTENDS_KEY in data:
+        data = _extend(path, data)
     spec = parse_spec(data, path.name)
     loaded = LoadedSpec(spec, path.resolve())
-    for i, trace in enumerate(spec.matrix.traces):
-        if not trace.startswith(SYNTH_PREFIX) and loaded.trace_path(trace) is None:
-            raise SpecError(f"{path.name}: matrix.traces[{i}]: {trace!r} is neither a sample trace "
-                            f"({', '.join(p.stem for p in sorted(SAMPLE_TRACES.glob('*.cbt')))}), nor synth:<preset>, "
-                            f"nor a file")
+    for mi, matrix in enumerate(spec.all_matrices()):
+        for i, trace in enumerate(matrix.traces):
+            if not trace.startswith(SYNTH_PREFIX) and loaded.trace_path(trace) is None:
+                raise SpecError(f"{path.name}: {spec.matrix_key(mi)}.traces[{i}]: {trace!r} is neither a sample trace "
+                                f"({', '.join(p.stem for p in sorted(SAMPLE_TRACES.glob('*.cbt')))}), "
+                                f"nor synth:<preset>, nor a file")
+    _check_paper(loaded, path.name)
     return loaded
+
+
+def _extend(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """``extends: BASE`` (a spec file beside this one): BASE's keys, each top-level key of
+    this file replacing BASE's (a smaller sibling of a suite stays in step with it)."""
+    base_path = path.parent / str(data[EXTENDS_KEY])
+    try:
+        base = yaml.safe_load(base_path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"{path.name}: {EXTENDS_KEY}: cannot read {base_path}: {e}") from None
+    if not isinstance(base, dict) or EXTENDS_KEY in base:
+        raise SpecError(f"{path.name}: {EXTENDS_KEY}: {base_path.name} must be a spec mapping that extends nothing")
+    return {**base, **{k: v for k, v in data.items() if k != EXTENDS_KEY}}
+
+
+def _check_paper(loaded: "LoadedSpec", source: str) -> None:
+    """Each measurable paper number matches scenarios of the spec that run its schemes (a typo
+    in ``match`` would otherwise show as "not run" only after the sweep)."""
+    scenarios = loaded.scenarios()
+    for i, p in enumerate(loaded.spec.paper):
+        if not p.measurable:
+            continue
+        sides = [("match", p.match, p.scheme)]
+        if p.versus is not None:
+            sides.append(("versus_match" if p.versus_match else "match", p.versus_match or p.match, p.versus))
+        for key, match, scheme in sides:
+            hits = [s for s in scenarios if label_matches(match, s.label)]
+            if not hits:
+                raise SpecError(f"{source}: paper[{i}].{key}: {match!r} is in no scenario label of the suite "
+                                f"(labels are trace/page/condition/s<seed>)")
+            if not any(scheme in s.schemes for s in hits):
+                raise SpecError(f"{source}: paper[{i}]: no scenario matching {match!r} runs scheme {scheme!r}")
 
 
 @dataclass(frozen=True)
@@ -326,26 +464,35 @@ class LoadedSpec:
         return candidate if candidate.is_file() else None
 
     def scenarios(self) -> list[Scenario]:
-        """Every scenario, in the order trace, page, condition, seed (the run order)."""
+        """Every scenario, in the order matrix, trace, page, condition, seed (the run order); a
+        scenario in several matrices comes once, where it first appears, with all their schemes."""
         s = self.spec
-        out: list[Scenario] = []
-        for trace in s.matrix.traces:
-            for page in s.matrix.pages:
-                for ci, cond in enumerate(s.matrix.conditions):
-                    cname = cond.name or f"c{ci}"
-                    for seed in s.seeds:
-                        synth = trace.startswith(SYNTH_PREFIX)
-                        settings = scenario_settings(trace, page, cond, seed, s.loader,
-                                                     s.synth_seconds if synth else None, s.load_timeout_s)
-                        path = (synth_path(trace[len(SYNTH_PREFIX):], seed, s.synth_seconds) if synth
-                                else self.trace_path(trace))
-                        assert path is not None  # load_spec checked every trace
-                        out.append(Scenario(
-                            id=scenario_id(settings), label=f"{trace}/{page}/{cname}/s{seed}", suite=s.suite,
-                            trace=trace, page=page, condition=cond, condition_name=cname, seed=seed,
-                            schemes=tuple(s.matrix.schemes), repetitions=s.repetitions, loader=s.loader,
-                            synth_seconds=s.synth_seconds, load_timeout_s=s.load_timeout_s, trace_path=path))
-        return out
+        by_id: dict[str, Scenario] = {}
+        for matrix in s.all_matrices():
+            for trace in matrix.traces:
+                for page in matrix.pages:
+                    for ci, cond in enumerate(matrix.conditions):
+                        cname = cond.name or f"c{ci}"
+                        for seed in s.seeds:
+                            sc = self._scenario(trace, page, cond, cname, seed, tuple(matrix.schemes))
+                            if sc.id in by_id:
+                                known = by_id[sc.id]
+                                sc = replace(known, schemes=tuple(dict.fromkeys(known.schemes + sc.schemes)))
+                            by_id[sc.id] = sc
+        return list(by_id.values())
+
+    def _scenario(self, trace: str, page: str, cond: Condition, cname: str, seed: int,
+                  schemes: tuple[str, ...]) -> Scenario:
+        s = self.spec
+        synth = trace.startswith(SYNTH_PREFIX)
+        settings = scenario_settings(trace, page, cond, seed, s.loader, s.synth_seconds if synth else None,
+                                     s.load_timeout_s)
+        path = synth_path(trace[len(SYNTH_PREFIX):], seed, s.synth_seconds) if synth else self.trace_path(trace)
+        assert path is not None  # load_spec checked every trace
+        return Scenario(id=scenario_id(settings), label=f"{trace}/{page}/{cname}/s{seed}", suite=s.suite, trace=trace,
+                        page=page, condition=cond, condition_name=cname, seed=seed, schemes=schemes,
+                        repetitions=s.repetitions, loader=s.loader, synth_seconds=s.synth_seconds,
+                        load_timeout_s=s.load_timeout_s, trace_path=path)
 
 
 def synth_path(preset: str, seed: int, seconds: int) -> Path:

@@ -123,8 +123,9 @@ def test_paper_rows_put_the_papers_number_beside_the_testbeds() -> None:
     samples = {s.key: s for s in (_sample([400, 600], label="idle-cell/profile/h2/s1"),
                                   _sample([1000, 1000], label="idle-cell/profile/h2/s1", scheme="cubic"))}
     rows = paper_rows([PaperNumber(figure="Fig 18a", match="idle-cell/profile/h2", metric="reduction_pct",
-                                   scheme="claw", versus="cubic", value=66),
-                       PaperNumber(figure="Fig 12", match="image-2mb", metric="plt_s", scheme="claw", value=2.7)],
+                                   scheme="claw", versus="cubic", value=66, note="§6.2.2"),
+                       PaperNumber(figure="Fig 12", match="image-2mb", metric="plt_s", scheme="claw", value=2.7,
+                                   note="§6.1")],
                       samples)
     assert rows[0][:6] == ("Fig 18a", "idle-cell/profile/h2", "PLT reduction claw vs cubic", "66 %", "50 %", "2/2")
-    assert rows[1][3:6] == ("2.7 s", "–", "0")
+    assert rows[1][3:6] == ("2.7 s", "not run", "0")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import yaml
 
-from clawbed.orchestrator.spec import SpecError, load_spec
+from clawbed.orchestrator.spec import LoadedSpec, SpecError, load_spec
 
 GOOD = {
     "suite": "t",
@@ -73,7 +75,7 @@ def test_bad_spec_names_file_and_key(tmp_path: Path, keys: list, value: object, 
 
 
 def test_missing_keys_and_bad_yaml_and_missing_trace_file(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match=r"suite.yaml: matrix: Field required"):
+    with pytest.raises(SpecError, match=r"suite.yaml: \(top level\): give either matrix or matrices"):
         load_spec(_write(tmp_path, {"suite": "x"}))
     with pytest.raises(SpecError, match=r"suite.yaml:\d+:\d+: not valid YAML"):
         load_spec(_write(tmp_path, "suite: x\nmatrix: [a, b\n"))
@@ -104,9 +106,111 @@ def test_expansion_and_stable_ids(tmp_path: Path) -> None:
     assert changed[0].id != scenarios[0].id and changed[0].label == scenarios[0].label
 
 
+SUITES = Path(__file__).resolve().parents[1] / "orchestrator" / "suites"
+#: The figures of the CLAW paper's §6 that issue 6 asks the paper suite to reproduce.
+PAPER_FIGURES = ("Fig 12", "Fig 14", "Fig 16", "Fig 17", "Fig 18a", "Fig 18b", "Fig 18c", "Fig 18d", "Fig 18e",
+                 "Fig 18f", "Fig 19", "Fig 20")
+
+
 def test_shipped_suites_are_valid() -> None:
-    root = Path(__file__).resolve().parents[1] / "orchestrator" / "suites"
-    ci = load_spec(root / "ci.yaml")
+    ci = load_spec(SUITES / "ci.yaml")
     assert len(ci.scenarios()) == 2 and ci.spec.loader == "h2" and ci.spec.repetitions == 3
-    if (root / "paper.yaml").exists():
-        assert load_spec(root / "paper.yaml").spec.paper
+
+
+@pytest.mark.parametrize("name", ["paper.yaml", "paper-quick.yaml"])
+def test_paper_suites_cover_every_figure(name: str) -> None:
+    spec = load_spec(SUITES / name)  # also checks each measurable number matches scenarios running its schemes
+    numbers = spec.spec.paper
+    assert {p.figure for p in numbers} == set(PAPER_FIGURES)
+    assert all(p.note for p in numbers)
+    # Fig 18e (phone hardware) is stated as not emulated, not dropped; Fig 19 says what is missing.
+    assert all(p.not_emulated for p in numbers if p.figure == "Fig 18e")
+    assert all(p.missing for p in numbers if p.figure == "Fig 19")
+    labels = {s.label for s in spec.scenarios()}
+    trace = "synth:idle-cell"
+    assert {f"{trace}/set-{i:02d}/h2/s1" for i in range(1, 21)} <= labels  # Fig 16: the 20-page set, idle cell
+    assert {f"synth:{t}/profile/h2/s1" for t in ("idle-cell", "busy-cell", "high-sinr", "low-sinr", "slow-driving",
+                                                 "city-driving", "highway")} <= labels
+    assert {"synth:busy-cell/profile/rr/s1", "synth:busy-cell/profile/h1/s1",
+            "synth:idle-cell/image-2mb/wireline/s1", "synth:idle-cell/profile/beside-cubic/s1"} <= labels
+
+
+def test_paper_quick_is_the_paper_suite_in_small() -> None:
+    full, quick = load_spec(SUITES / "paper.yaml"), load_spec(SUITES / "paper-quick.yaml")
+    assert [s.label for s in quick.scenarios()] == [s.label for s in full.scenarios()]
+    assert [s.schemes for s in quick.scenarios()] == [s.schemes for s in full.scenarios()]
+    assert quick.spec.paper == full.spec.paper
+    assert quick.spec.loader == "h2" and quick.spec.repetitions < full.spec.repetitions
+    assert quick.spec.synth_seconds < full.spec.synth_seconds
+
+
+MATRICES = {
+    "suite": "m", "loader": "h2",
+    "matrices": [
+        {"name": "a", "traces": ["busy-cell"], "pages": ["set-01", "set-02"], "schemes": ["claw", "cubic"],
+         "conditions": [{"name": "h2"}]},
+        {"name": "b", "traces": ["busy-cell"], "pages": ["set-02"], "schemes": ["cqic", "claw"],
+         "conditions": [{"name": "h2"}, {"name": "h1", "http": "1.1"}]},
+    ],
+    "paper": [{"figure": "F1", "match": "set-0[12]/h2", "metric": "reduction_pct", "scheme": "claw",
+               "versus": "cubic", "value": 10, "note": "here"}],
+}
+
+
+def test_matrices_union_with_shared_scenarios_once(tmp_path: Path) -> None:
+    scenarios = load_spec_data(MATRICES, tmp_path).scenarios()
+    assert [s.label for s in scenarios] == ["busy-cell/set-01/h2/s1", "busy-cell/set-02/h2/s1",
+                                            "busy-cell/set-02/h1/s1"]
+    assert scenarios[1].schemes == ("claw", "cubic", "cqic")  # in both matrices: run once, with both's schemes
+    assert scenarios[2].schemes == ("cqic", "claw")
+
+
+def load_spec_data(data: dict, folder: Path) -> LoadedSpec:
+    return load_spec(_write(folder, data, "m.yaml"))
+
+
+def _matrices_with(change: Callable[[dict], None]) -> dict:
+    data = copy.deepcopy(MATRICES)
+    change(data)
+    return data
+
+
+BAD_MATRICES = [
+    (lambda d: d.update(matrix=GOOD["matrix"]), "m.yaml: (top level): give either matrix or matrices"),
+    (lambda d: d["matrices"][1].update(name="a"), "m.yaml: (top level): matrices: names must be unique; repeated: a"),
+    (lambda d: d["matrices"][1]["conditions"][0].update(core_rtt_ms=80),
+     "m.yaml: (top level): matrices: condition 'h2' has different settings in two matrices (matrix 'b')"),
+    (lambda d: d["matrices"][0]["conditions"][0].update(other_ues=[{"kind": "page", "scheme": "claw"}]),
+     "m.yaml: matrices[0].conditions[0].other_ues[0].scheme: scheme 'claw' needs its own client and agent per UE"),
+    (lambda d: d["paper"][0].update(match="set-09"), "m.yaml: paper[0].match: 'set-09' is in no scenario label"),
+    (lambda d: d["paper"][0].update(versus="bbr"),
+     "m.yaml: paper[0]: no scenario matching 'set-0[12]/h2' runs scheme 'bbr'"),
+    (lambda d: d["paper"][0].update(match="set-(0"), "m.yaml: paper[0].match: 'set-(0' is not a regular expression"),
+    (lambda d: d["paper"][0].pop("versus"), "m.yaml: paper[0]: metric reduction_pct compares two schemes: set versus"),
+    (lambda d: d["paper"][0].pop("note"), "m.yaml: paper[0].note: Field required"),
+    (lambda d: d["paper"][0].update(not_emulated="x", missing="y"),
+     "m.yaml: paper[0]: a number is either not_emulated or missing"),
+]
+
+
+@pytest.mark.parametrize("change,expected", BAD_MATRICES, ids=[b[1].split(": ", 1)[1][:40] for b in BAD_MATRICES])
+def test_bad_matrices_and_paper_numbers_name_the_key(tmp_path: Path, change: Callable[[dict], None],
+                                                     expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_spec_data(_matrices_with(change), tmp_path)
+    assert expected in str(err.value), str(err.value)
+
+
+def test_a_number_that_cannot_be_measured_needs_no_scenario(tmp_path: Path) -> None:
+    data = _matrices_with(lambda d: d["paper"][0].update(match="fig19", missing="claw on other UEs"))
+    assert not load_spec_data(data, tmp_path).spec.paper[0].measurable
+
+
+def test_extends_takes_the_base_keys_it_does_not_set(tmp_path: Path) -> None:
+    _write(tmp_path, GOOD, "base.yaml")
+    small = load_spec(_write(tmp_path, {"extends": "base.yaml", "suite": "small", "repetitions": 1}, "small.yaml"))
+    assert small.name == "small" and small.spec.repetitions == 1 and small.spec.seeds == [1, 2]
+    with pytest.raises(SpecError, match=r"other.yaml: extends: cannot read .*nope.yaml"):
+        load_spec(_write(tmp_path, {"extends": "nope.yaml", "suite": "x"}, "other.yaml"))
+    with pytest.raises(SpecError, match=r"chain.yaml: extends: small.yaml must be a spec mapping that extends nothing"):
+        load_spec(_write(tmp_path, {"extends": "small.yaml"}, "chain.yaml"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -118,15 +120,27 @@ def test_only_selects_by_id_or_label(spec) -> None:
         rn.select(scenarios, ["nope"])
 
 
-def test_run_ids_and_ray_executor_error() -> None:
+def test_run_ids_and_executor_errors(tmp_path: Path) -> None:
     rid = rn.new_run_id("or")
     assert len(rid) == 4 and rid.startswith("or")
-    with pytest.raises(InputError, match="pip install ray"):
-        try:
-            import ray  # noqa: F401
-            pytest.skip("ray is installed")
-        except ImportError:
-            rn.make_executor("ray").run([], lambda j, r: None, lambda j, e: None)
+    assert isinstance(rn.make_executor("ray", "127.0.0.1:6379"), rn.RayExecutor)
+    with pytest.raises(InputError, match="--ray-address is for --executor ray"):
+        rn.make_executor("local", "127.0.0.1:6379")
+    with pytest.raises(InputError, match="--executor 'dask': one of local, ray"):
+        rn.make_executor("dask")
+    # A head that cannot be reached fails at once, naming the flag, before Ray is asked to join it.
+    with pytest.raises(InputError, match="--ray-address 'nohost': give HOST:PORT"):
+        rn.RayExecutor(address="nohost").run([], lambda j, r: None, lambda j, e: None)
+    with socket.socket() as closed:  # a port nothing listens on: bound, never listening
+        closed.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{closed.getsockname()[1]}"
+        with pytest.raises(InputError, match=f"--ray-address {address}: no Ray head answers there"):
+            rn.RayExecutor(address=address).run([], lambda j, r: None, lambda j, e: None)
+    # A local cluster's session folder must keep Ray's socket paths short; checked before Ray starts.
+    long_dir = tmp_path / ("x" * rn.RAY_TEMP_DIR_MAX_CHARS)
+    expected = "point CLAWBED_STATE at a shorter path" if os.geteuid() == 0 else "run as root"
+    with pytest.raises(InputError, match=expected):
+        rn.RayExecutor(temp_dir=long_dir).run([], lambda j, r: None, lambda j, e: None)
 
 
 def test_results_query_formats(spec, tmp_path: Path) -> None:
