@@ -24,8 +24,9 @@ offset  size   field              meaning
 ======  =====  =================  ==========================================================
 
 Echo (server → client), 56 bytes: version, kind = 2, ue_id, seq (the feedback it answers),
-srtt_us (u32), cwnd_packets (u32), flags (bit 0: the flow was cwnd-limited during the last
-window), 7 reserved bytes, then HMAC-SHA256 over bytes 0..23.
+srtt_us (u32), cwnd_packets (u32), flags (bit 0: the flow was "cwnd-limited" during the last
+window — held back by the network at CLAW's window, claw/DESIGN.md), 7 reserved bytes, then
+HMAC-SHA256 over bytes 0..23.
 
 Why fixed-size binary with a MAC and a sequence number: the server acts on every accepted
 report by setting a congestion window, so a forged, replayed or corrupted report must be

@@ -83,7 +83,14 @@ class Ledger:
 
 
 class Namespace:
-    """A network namespace ``name`` with its loopback up; :meth:`close` deletes it."""
+    """A network namespace ``name`` with its loopback up and IPv6 off on every interface made
+    in it later; :meth:`close` deletes it.
+
+    Why no IPv6: the testbed's traffic is IPv4, and an interface with IPv6 on gets its
+    link-local address a second or two after it comes up (duplicate address detection). A
+    browser already loading a page sees that address appear as a network change and aborts
+    its requests (``ERR_NETWORK_CHANGED``). Loopback keeps ``::1``.
+    """
 
     def __init__(self, name: str) -> None:
         if not name.startswith(PREFIX):
@@ -91,9 +98,14 @@ class Namespace:
         self.name = name
         _attempt(f"creating network namespace {name}", lambda: netns.create(name))
         self._closed = False
-        with self.netlink() as ns:
-            lo = ns.link_lookup(ifname="lo")[0]
-            _attempt(f"bringing up lo in {name}", lambda: ns.link("set", index=lo, state="up"))
+        try:
+            with self.netlink() as ns:
+                lo = ns.link_lookup(ifname="lo")[0]
+                _attempt(f"bringing up lo in {name}", lambda: ns.link("set", index=lo, state="up"))
+            self.sysctl("net.ipv6.conf.default.disable_ipv6", 1)
+        except BaseException:
+            self.close()  # not yet owned by anyone: remove it here
+            raise
 
     @contextlib.contextmanager
     def netlink(self) -> Iterator[NetNS]:

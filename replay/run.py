@@ -36,9 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from clawbed.claw.schemes import Scheme, SchemeContext, UeEndpoint, get_scheme
+from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
 from clawbed.claw.schemes.claw import Claw
-from clawbed.claw.server.loader import available_congestion_controls
 from clawbed.emulator.config import EmulatorConfig, Scheduler, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.topology import CellTopology
@@ -62,9 +61,6 @@ HTTP_VERSIONS = ("2", "1.1")
 UE_TCP_RMEM_BYTES = (4096, 131072, 8 << 20)
 #: How long the CLAW client may take to connect to the diag feed and log its first rows, s.
 CLIENT_READY_TIMEOUT_S = 10.0
-#: How long a claw/cqic load waits for a CC of the same name, registered by another run on
-#: the machine, to go (CC names are machine-wide), s.
-CC_BUSY_WAIT_S = 120.0
 #: How long to wait for the emulator's files to cover a load's end (the truth is written in
 #: 1 s chunks, the diag file flushed every 100 ms), s.
 FILES_CATCH_UP_S = 2.0
@@ -254,25 +250,6 @@ def _wait_client_ready(proc: OwnedProcess, log_path: Path, header_bytes: int = 2
         time.sleep(0.02)
 
 
-def _setup_scheme(scheme: Scheme, ctx: SchemeContext) -> None:
-    """``scheme.setup(ctx)``; for claw/cqic, while another run on the machine holds a CC of
-    the same name (names are machine-wide), wait for it to go and try again, for at most
-    :data:`CC_BUSY_WAIT_S` (then the set-up's own error, naming the cause, is raised)."""
-    deadline = time.monotonic() + CC_BUSY_WAIT_S
-    while True:
-        if isinstance(scheme, Claw):
-            while scheme.server_cc in available_congestion_controls() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        try:
-            scheme.setup(ctx)  # undoes its own partial work when it fails
-            return
-        except ResourceError as e:
-            # Lost the race: registered between the check and ours ("already registered", EEXIST).
-            taken = isinstance(scheme, Claw) and ("already registered" in str(e) or "File exists" in str(e))
-            if not taken or time.monotonic() >= deadline:
-                raise
-
-
 @dataclass
 class ReplayEvent:
     """What :func:`run_replay` reports to its caller as it goes (for a progress display)."""
@@ -412,14 +389,17 @@ class Replay:
         cfg = self.config
         load_dir = ctx.run_dir
         record: dict[str, Any] = {
-            "load": index, "round": round_, "scheme": scheme_name, "ok": False, "error": None, "plt_ms": None,
+            "load": index, "round": round_, "scheme": scheme_name, "cc": None, "ok": False, "error": None,
+            "plt_ms": None,
             "bytes_total": None, "page_bytes": self.page.total_bytes, "protocol": None, "n_objects": None,
             "t_start_unix_s": None, "t_end_unix_s": None, "flows": 0, "retransmits": None,
             "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": [],
             "background_bytes": {}}
         scheme = get_scheme(scheme_name)()
         try:
-            _setup_scheme(scheme, ctx)
+            # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
+            scheme.setup(ctx)
+            record["cc"] = scheme.server_cc  # the kernel's name of it, as the TCP samples show
             bpffs = None
             if isinstance(scheme, Claw):
                 procs = scheme.start_clients(ctx)

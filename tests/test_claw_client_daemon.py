@@ -41,16 +41,26 @@ def run_core(core: ClientCore, subframes: list[FakeSubframe]) -> Step:
 
 
 def busy(start: int, stop: int, **kwargs: object) -> list[FakeSubframe]:
+    """A UE scheduled in every subframe: downloading."""
     base = dict(total_alloc_rbs=30, own_rbs=5, mcs=15)
     base.update(kwargs)
     return [FakeSubframe(t, **base) for t in range(start, stop)]  # type: ignore[arg-type]
+
+
+def connected(start: int, stop: int) -> list[FakeSubframe]:
+    """A connected UE that is not downloading: scheduled in one subframe of ten (as for a
+    ping or the agent's echoes), so the detector's checks follow the feedback period."""
+    sfs = busy(start, stop)
+    for sf in sfs:
+        sf.own_rbs = 5 if sf.t_ms % 10 == 0 else 0
+    return sfs
 
 
 # -- feedback schedule --------------------------------------------------------------------------
 
 def test_feedback_every_100_ms_of_diag_time_by_default() -> None:
     core = ClientCore(ClientConfig(ue_id=3))
-    out = run_core(core, busy(0, 1000))
+    out = run_core(core, connected(0, 1000))
     times = [f.diag_time_ms for f in out.feedback]
     assert times == list(range(0, 1000, 100))
     assert [f.seq for f in out.feedback] == list(range(1, 11))
@@ -66,11 +76,14 @@ def test_feedback_every_subframe_when_asked() -> None:
 def test_feedback_carries_the_estimate_and_authenticates() -> None:
     core = ClientCore(ClientConfig(ue_id=7, first_seq=41))
     out = run_core(core, busy(0, 250, total_alloc_rbs=20, own_rbs=10, mcs=12))
-    fb = decode_feedback(out.feedback[-1].encode(KEY), KEY)
+    # A download: besides every period, the detector's checks send reports (every T / 2).
+    times = [f.diag_time_ms for f in out.feedback]
+    assert times == [0, 50, 100, 150, 200]
+    fb = decode_feedback(out.feedback[times.index(200)].encode(KEY), KEY)
     row = next(r for r in out.rows if r.feedback_seq == fb.seq)
     e = row.estimate
     assert e is not None
-    assert (fb.ue_id, fb.seq, fb.diag_time_ms) == (7, 43, 200)
+    assert (fb.ue_id, fb.seq, fb.diag_time_ms) == (7, 45, 200)
     assert fb.w_claw_bytes == e.w_claw_bytes == 100 * lte.tbs_bits(12, 40) // 8
     assert fb.load == pytest.approx(0.4, abs=1e-6)
     assert (fb.n_f_rbs, fb.n_t_rbs, fb.window_ms) == (4000, 5000, 100)
@@ -85,7 +98,7 @@ def test_no_feedback_before_the_first_downlink_subframe_nor_while_idle() -> None
     times = [f.diag_time_ms for f in out.feedback]
     assert times == [400, 500, 600, 700, 800]           # idle from 900 (500 ms unscheduled)
     assert not out.rows[-1].active
-    out = run_core(core, busy(1500, 1700))
+    out = run_core(core, connected(1500, 1700))
     assert [f.diag_time_ms for f in out.feedback] == [1500, 1600]
 
 
@@ -153,13 +166,17 @@ def drive(core: ClientCore, subframes: list[FakeSubframe], *, limited: bool, srt
     return total
 
 
-def test_wireline_after_three_windows_cwnd_limited_and_unused() -> None:
+def test_wireline_after_three_windows_limited_and_unused() -> None:
     core = ClientCore(ClientConfig(ue_id=1, server="10.64.0.1:7070"))
     # An idle cell, the UE using 1 RB per subframe although it could use all 50, the server
-    # limited by W_claw throughout.
+    # limited by W_claw throughout. Once the server reports a flow (the first echo, at 50),
+    # checks run in two chains half a window apart (a report every 50 ms), and a verdict
+    # counts only when its window does not overlap the last counted one: one per window.
     out = drive(core, busy(0, 1200, total_alloc_rbs=1, own_rbs=1), limited=True)
+    assert [f.diag_time_ms for f in out.feedback][:4] == [0, 50, 100, 150]
     verdicts = [(r.t_ms, r.verdict) for r in out.rows if r.verdict is not None]
     assert verdicts[:3] == [(100, Bottleneck.WIRELINE), (200, Bottleneck.WIRELINE), (300, Bottleneck.WIRELINE)]
+    assert core.counters.checks_overlapping >= 10   # the other chain's windows
     switched = next(r.t_ms for r in out.rows if r.bottleneck is Bottleneck.WIRELINE)
     assert switched == 300
     assert any(f.wireline for f in out.feedback if f.diag_time_ms >= switched)
@@ -220,6 +237,18 @@ def test_n_f_is_the_one_in_force_at_the_server_while_it_sent_the_data() -> None:
     assert verdicts[:3] == [(100, Bottleneck.CELLULAR), (200, Bottleneck.CELLULAR), (300, Bottleneck.WIRELINE)]
 
 
+def test_a_window_carried_on_fewer_rbs_than_estimated_is_not_wireline() -> None:
+    """The idle-cell oddity: W_claw was estimated on one layer (the UE filled the cell),
+    then the UE got two-layer subframes and carried the same bytes on half the RBs: U is
+    0.5·N_f, but the UE received all the server offered, so the verdict is cellular."""
+    core = ClientCore(ClientConfig(ue_id=1, server="s"))
+    out = drive(core, busy(0, 100, total_alloc_rbs=50, own_rbs=50)
+                + busy(100, 400, total_alloc_rbs=25, own_rbs=25, layers=2), limited=True)
+    assert out.feedback[-1].w_claw_bytes > 2 * 0.9 * out.feedback[0].w_claw_bytes   # one, then two layers
+    assert [(r.t_ms, r.verdict) for r in out.rows if r.verdict is not None] == [
+        (100, Bottleneck.CELLULAR), (200, Bottleneck.CELLULAR), (300, Bottleneck.CELLULAR)]
+
+
 def test_only_the_echo_of_the_updates_report_counts_and_a_missing_one_drops_the_check() -> None:
     core = ClientCore(ClientConfig(ue_id=1, server="s"))
     for start in range(0, 1000, 50):
@@ -248,7 +277,7 @@ def test_saturated_after_two_full_windows_and_never_for_cqic() -> None:
 
 def test_estimates_log_written_and_read_back(tmp_path: Path) -> None:
     core = ClientCore(ClientConfig(ue_id=1))
-    sfs = busy(0, 400)
+    sfs = connected(0, 400)
     sfs[150].rlc_dropped = 1
     for sf in sfs[151:]:
         sf.rlc_dropped = 1
@@ -339,7 +368,10 @@ def test_daemon_end_to_end_on_loopback(tmp_path: Path) -> None:
     assert report.counters["subframes"] == 2000
     times = [f.diag_time_ms for f in agent.reports]
     assert len(agent.reports) == report.feedback_sent >= 15
-    assert all(b - a >= 80 for a, b in zip(times, times[1:]))     # every T (100, then 80) ms or more
+    # The server reports a flow (a window of 20): the bottleneck detector's two chains of
+    # checks send a report each per window T (100, then 80 ms), more than one per period.
+    assert all(c - a >= 80 for a, c in zip(times, times[2:]))
+    assert len(times) > 2000 // 100
     assert [f.seq for f in agent.reports] == sorted({f.seq for f in agent.reports})
     assert report.counters["echoes"] >= 10
     assert report.echoes_rejected.get("malformed", 0) >= 10 and report.echoes_rejected.get("bad-mac", 0) >= 10
@@ -421,7 +453,7 @@ def test_cli_errors_are_clear(tmp_path: Path) -> None:
 def test_daemon_reconnects_when_the_feed_drops_it() -> None:
     """First connection: subframes 0..499, then closed (as the emulator drops a slow reader);
     second: 800..1299 (the feed went on meanwhile); third: closed at once (feed ended)."""
-    parts = [messages_of(busy(0, 500)), messages_of(busy(800, 1300))]
+    parts = [messages_of(connected(0, 500)), messages_of(connected(800, 1300))]
     connections = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -20,6 +20,16 @@ def test_verdict_rule() -> None:
     assert verdict(N_F, 0.0, True) is W
 
 
+def test_wireline_only_when_short_of_the_offered_bytes_too() -> None:
+    """U in RBs under δ·N_f, but the UE received what the server offered (its transport
+    blocks carried more per RB than W_claw's estimate: two layers, a higher MCS): cellular."""
+    assert verdict(N_F, 500.0, True, offered_bytes=100_000, received_bytes=79_999) is W
+    assert verdict(N_F, 500.0, True, offered_bytes=100_000, received_bytes=80_000) is C
+    assert verdict(N_F, 900.0, True, offered_bytes=100_000, received_bytes=0) is C    # every RB used
+    d = BottleneckDetector()
+    assert d.observe(N_F, 500.0, True, offered_bytes=100_000, received_bytes=95_000) is C
+
+
 def test_three_equal_verdicts_switch_the_state() -> None:
     d = BottleneckDetector()
     assert d.state is C and not d.wireline

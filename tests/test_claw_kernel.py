@@ -54,9 +54,22 @@ def built() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def struct_ops_names() -> list[str]:
-    out = subprocess.run(["bpftool", "struct_ops", "list"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[1] for line in out.splitlines() if line.strip()]
+def struct_ops_ids() -> set[int]:
+    """The ids of the struct_ops maps the kernel holds (``bpftool struct_ops list``). Every
+    run's claw map is called ``claw`` (only the CC's name is the run's own), so a test
+    checks its own by id."""
+    out = subprocess.run(["bpftool", "-j", "struct_ops", "list"], capture_output=True, text=True, check=True).stdout
+    return {int(m["id"]) for m in json.loads(out or "[]")}
+
+
+def ledger_struct_ops_ids(ledger: Path) -> set[int]:
+    """The struct_ops map ids a run's ledger recorded."""
+    return {int(e["map_id"]) for e in map(json.loads, ledger.read_text().splitlines()) if e["kind"] == "struct_ops"}
+
+
+def run_ccs(run_id: str) -> set[str]:
+    """The names run ``run_id`` registers claw and cqic under."""
+    return {loader.cc_name(v, run_id) for v in loader.VARIANTS}
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
@@ -153,7 +166,7 @@ class Bed:
 @pytest.fixture
 def bed(tmp_path: Path) -> Iterator[Bed]:
     """Server and UE namespaces, a 20 Mbit/s TBF bottleneck, a bpffs; everything removed after,
-    and checked: no claw/cqic registered, nothing mounted."""
+    and checked: none of the run's claw/cqic registered, nothing mounted."""
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
         server, ue = res.namespace("s"), res.namespace("u")
@@ -164,8 +177,9 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
         ue.sysctl("net.ipv4.tcp_rmem", "4096 1048576 16777216")
         bpffs = loader.mount_bpffs(res, tmp_path, role="tb")
         yield Bed(res, server, ue, sdev, udev, bpffs, tmp_path)
-    assert not {"claw", "cqic"} & set(loader.available_congestion_controls())
-    wait_for(lambda: not {"claw", "cqic"} & set(struct_ops_names()), "the struct_ops maps to be freed", 10)
+    assert not run_ccs(rid) & set(loader.available_congestion_controls())
+    ours = ledger_struct_ops_ids(tmp_path / "ledger.jsonl")
+    wait_for(lambda: not ours & struct_ops_ids(), "the struct_ops maps to be freed", 10)
     assert str(tmp_path) not in Path("/proc/mounts").read_text()
 
 
@@ -190,27 +204,59 @@ def test_register_and_unregister_leave_nothing(tmp_path: Path) -> None:
         assert bpffs.path == tmp_path / f"cb{rid}bp" and bpffs.source == f"cb{rid}bp"
         claw = loader.register_cc(res, bpffs, "claw")
         cqic = loader.register_cc(res, bpffs, "cqic")
-        assert {"claw", "cqic"} <= set(loader.available_congestion_controls())
-        assert {"claw", "cqic"} <= set(struct_ops_names())
+        assert (claw.name, cqic.name) == (f"claw_{rid}", f"cqic_{rid}")
+        assert {claw.name, cqic.name} <= set(loader.available_congestion_controls())
+        assert {claw.struct_ops_id, cqic.struct_ops_id} <= struct_ops_ids()
         pins = {p.name for p in bpffs.path.iterdir()}
-        assert {"claw_link", "cqic_link", PEERS_MAP, FLOWS_MAP, ACK_FLAGS_MAP} <= pins
+        assert {f"{claw.name}_link", f"{cqic.name}_link", PEERS_MAP, FLOWS_MAP, ACK_FLAGS_MAP} <= pins
         # The second load reused the first one's maps: only claw's load created pins.
         assert {p.name for p in claw._pins.created} == {PEERS_MAP, FLOWS_MAP, ACK_FLAGS_MAP}
         assert cqic._pins.created == []
         with pytest.raises(Exception, match="already registered"):
-            loader.CongestionControl(bpffs, "claw")
-    assert not {"claw", "cqic"} & set(loader.available_congestion_controls())
-    wait_for(lambda: not {"claw", "cqic"} & set(struct_ops_names()), "the struct_ops maps to be freed", 10)
+            loader.CongestionControl(bpffs, "claw", name=claw.name)
+        ids = {claw.struct_ops_id, cqic.struct_ops_id}
+    assert not run_ccs(rid) & set(loader.available_congestion_controls())
+    wait_for(lambda: not ids & struct_ops_ids(), "the struct_ops maps to be freed", 10)
     assert str(tmp_path) not in Path("/proc/mounts").read_text()
     assert not (tmp_path / f"cb{rid}bp").exists()
 
 
+def test_two_runs_register_claw_at_once_and_each_socket_runs_its_own(tmp_path: Path) -> None:
+    """Congestion-control names are machine-wide, so each run registers claw under a name of
+    its own (claw_<run id>): two runs (two replays, a replay and these tests) load it side by
+    side, a socket set to one runs that one, and each run's teardown leaves nothing of its
+    own registered."""
+    runs = []
+    with contextlib.ExitStack() as stack:
+        for i in range(2):
+            res = stack.enter_context(Resources(new_run_id(), tmp_path / f"ledger{i}.jsonl"))
+            server, ue = res.namespace("s"), res.namespace("u")
+            res.veth(Endpoint(server, res.name("s0"), SERVER_ADDR), Endpoint(ue, res.name("u0"), UE_ADDR))
+            cc = loader.register_cc(res, loader.mount_bpffs(res, tmp_path), "claw")
+            runs.append((server, ue, cc))
+        names = {cc.name for _, _, cc in runs}
+        ids = {cc.struct_ops_id for _, _, cc in runs}
+        assert len(names) == 2 and names <= set(loader.available_congestion_controls())
+        assert ids <= struct_ops_ids()
+        flows = [BulkFlow(server, ue, cc.name) for server, ue, cc in runs]
+        try:
+            for flow, (server, _, cc) in zip(flows, runs):
+                raw = flow.conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16)
+                assert raw.rstrip(b"\0").decode() == cc.name
+                assert f"{cc.name} wscale" in server.run(["ss", "-tin", "sport", f"= :{PORT}"]).stdout
+        finally:
+            for flow in flows:
+                flow.close()
+    assert not names & set(loader.available_congestion_controls())
+    wait_for(lambda: not ids & struct_ops_ids(), "the struct_ops maps to be freed", 10)
+
+
 def test_namespace_default_is_moved_off_before_unregistering(bed: Bed) -> None:
-    cc = loader.CongestionControl(bed.bpffs, "claw")
+    cc = loader.CongestionControl(bed.bpffs, "claw", name=loader.cc_name("claw", bed.res.run_id))
     try:
         before = bed.server.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
         cc.set_namespace_default(bed.server)
-        assert bed.server.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip() == "claw"
+        assert bed.server.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip() == cc.name
     finally:
         cc.close()
     assert bed.server.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip() == before
@@ -219,12 +265,12 @@ def test_namespace_default_is_moved_off_before_unregistering(bed: Bed) -> None:
 # --- the window ---------------------------------------------------------------------------------
 
 def test_flow_uses_claw_and_cubic_until_the_first_report(bed: Bed) -> None:
-    loader.register_cc(bed.res, bed.bpffs, "claw")
-    flow = BulkFlow(bed.server, bed.ue, "claw")
+    cc = loader.register_cc(bed.res, bed.bpffs, "claw")
+    flow = BulkFlow(bed.server, bed.ue, cc.name)
     peers, flows, _ = bed.maps()
     try:
         ss = bed.server.run(["ss", "-tin", "sport", f"= :{PORT}"]).stdout
-        assert "claw wscale" in ss, ss
+        assert f"{cc.name} wscale" in ss, ss
         wait_for(lambda: flow_stats(flows, flow.key).acks > 50, "ACKs")
         st = flow_stats(flows, flow.key)
         assert loader.read_flow_stats(bed.bpffs.path)[flow.key].acks >= st.acks
@@ -240,8 +286,8 @@ def test_flow_uses_claw_and_cubic_until_the_first_report(bed: Bed) -> None:
 
 @pytest.mark.parametrize("variant", ["claw", "cqic"])
 def test_w_claw_in_the_map_sets_cwnd_within_an_ack_or_two(bed: Bed, variant: str) -> None:
-    loader.register_cc(bed.res, bed.bpffs, variant)
-    flow = BulkFlow(bed.server, bed.ue, variant)
+    cc = loader.register_cc(bed.res, bed.bpffs, variant)
+    flow = BulkFlow(bed.server, bed.ue, cc.name)
     peers, flows, _ = bed.maps()
     try:
         wait_for(lambda: flow_stats(flows, flow.key).acks > 50, "ACKs")
@@ -266,8 +312,8 @@ def test_w_claw_in_the_map_sets_cwnd_within_an_ack_or_two(bed: Bed, variant: str
 
 
 def test_stale_report_falls_back_to_the_cubic_window(bed: Bed) -> None:
-    loader.register_cc(bed.res, bed.bpffs, "claw")
-    flow = BulkFlow(bed.server, bed.ue, "claw")
+    cc = loader.register_cc(bed.res, bed.bpffs, "claw")
+    flow = BulkFlow(bed.server, bed.ue, cc.name)
     peers, flows, _ = bed.maps()
     try:
         wait_for(lambda: flow_stats(flows, flow.key).acks > 50, "ACKs")
@@ -285,10 +331,10 @@ def test_stale_report_falls_back_to_the_cubic_window(bed: Bed) -> None:
 
 
 def test_modes_wireline_saturated_and_cqic_ignoring_them(bed: Bed) -> None:
-    loader.register_cc(bed.res, bed.bpffs, "claw")
-    loader.register_cc(bed.res, bed.bpffs, "cqic")
+    claw = loader.register_cc(bed.res, bed.bpffs, "claw")
+    cqic = loader.register_cc(bed.res, bed.bpffs, "cqic")
     peers, flows, _ = bed.maps()
-    flow = BulkFlow(bed.server, bed.ue, "claw")
+    flow = BulkFlow(bed.server, bed.ue, claw.name)
     try:
         wait_for(lambda: flow_stats(flows, flow.key).acks > 50, "ACKs")
         mss = flow_stats(flows, flow.key).mss_bytes
@@ -324,7 +370,7 @@ def test_modes_wireline_saturated_and_cqic_ignoring_them(bed: Bed) -> None:
     finally:
         flow.close()
 
-    flow = BulkFlow(bed.server, bed.ue, "cqic")
+    flow = BulkFlow(bed.server, bed.ue, cqic.name)
     try:
         wait_for(lambda: flow_stats(flows, flow.key).acks > 50, "ACKs")
         set_peer(peers, 9 * mss, Mode.WIRELINE, 5)
@@ -356,10 +402,10 @@ def test_wireless_flag_keeps_the_window_and_other_losses_reduce_it(bed: Bed, mod
     """Cellular mode (cwnd = W_claw) and wireline mode (cwnd = W_cubic): a loss reported by
     ACKs flagged 0x02 reduces neither cwnd nor W_cubic; one reported by unflagged ACKs or
     ACKs flagged 0x04 reduces both by beta, and caps W_claw at the reduced window."""
-    loader.register_cc(bed.res, bed.bpffs, "claw")
+    cc = loader.register_cc(bed.res, bed.bpffs, "claw")
     loader.attach_ack_flags(bed.res, bed.bpffs, bed.server, bed.server_dev)
     peers, flows, ackflags = bed.maps()
-    flow = BulkFlow(bed.server, bed.ue, "claw")
+    flow = BulkFlow(bed.server, bed.ue, cc.name)
     try:
         wait_for(lambda: flow_stats(flows, flow.key).acks > 50, "ACKs")
         mss = flow_stats(flows, flow.key).mss_bytes
@@ -418,7 +464,7 @@ ACK_MARK_OBJECT = "ack_mark_egress.bpf.o"
 @pytest.mark.skipif(not (Path(__file__).parent.parent / "claw" / "bpf" / "ack_mark_egress.bpf.c").exists(),
                     reason="the client's egress marker is not in the tree")
 def test_flags_set_by_the_ue_egress_program_reach_the_cc_and_are_cleared(bed: Bed) -> None:
-    loader.register_cc(bed.res, bed.bpffs, "claw")
+    cc = loader.register_cc(bed.res, bed.bpffs, "claw")
     loader.attach_ack_flags(bed.res, bed.bpffs, bed.server, bed.server_dev)
     # The client's marker, loaded here directly: its config map says "a wireless loss just
     # happened" for the whole test, so it flags every ACK.
@@ -441,7 +487,7 @@ def test_flags_set_by_the_ue_egress_program_reach_the_cc_and_are_cleared(bed: Be
 
     csum_errors_before = _tcp_csum_errors(bed.server)
     peers, flows, ackflags = bed.maps()
-    flow = BulkFlow(bed.server, bed.ue, "claw")
+    flow = BulkFlow(bed.server, bed.ue, cc.name)
     try:
         mss = 1448
         set_peer(peers, 40 * mss, Mode.CELLULAR, 1)
@@ -473,7 +519,7 @@ def _tcp_csum_errors(ns: Namespace) -> int:
 # --- the agent ----------------------------------------------------------------------------------
 
 def test_agent_accepts_feedback_and_refuses_forged_replayed_and_out_of_range(bed: Bed) -> None:
-    loader.register_cc(bed.res, bed.bpffs, "claw")
+    cc = loader.register_cc(bed.res, bed.bpffs, "claw")
     key_file = bed.run_dir / "key"
     key_file.write_bytes(KEY)
     stats_file = bed.run_dir / "agent.json"
@@ -484,7 +530,7 @@ def test_agent_accepts_feedback_and_refuses_forged_replayed_and_out_of_range(bed
         name="claw-agent", log_path=bed.run_dir / "agent.log")
     wait_for(stats_file.exists, "the agent to be ready")
     peers, flows, _ = bed.maps()
-    flow = BulkFlow(bed.server, bed.ue, "claw")
+    flow = BulkFlow(bed.server, bed.ue, cc.name)
     udp = socket_in_namespace(bed.ue.name, socket.AF_INET, socket.SOCK_DGRAM)
     udp.settimeout(2.0)
     udp.connect((SERVER_ADDR, 7070))
@@ -575,14 +621,16 @@ def test_claw_scheme_sets_up_the_server_and_removes_exactly_what_it_made(bed: Be
     scheme = get_scheme(name)()
     scheme.setup(ctx)
     try:
-        assert _default_cc(bed.server) == name
+        # Registered under the run's own name; the scheme knows it.
+        assert scheme.server_cc == f"{name}_{bed.res.run_id}"
+        assert _default_cc(bed.server) == scheme.server_cc
         assert _sysctls(bed.server)["net.ipv4.tcp_no_metrics_save"] == "1"
         assert "bpf" in bed.server.run(["tc", "filter", "show", "dev", bed.server_dev, "ingress"]).stdout
         assert scheme.agent.alive()
         flow = BulkFlow(bed.server, bed.ue, None)  # the namespace default: no setsockopt
         try:
             ss = bed.server.run(["ss", "-tin", "sport", f"= :{PORT}"]).stdout
-            assert f"{name} wscale" in ss, ss
+            assert f"{scheme.server_cc} wscale" in ss, ss
             udp = socket_in_namespace(bed.ue.name, socket.AF_INET, socket.SOCK_DGRAM)
             udp.settimeout(5.0)
             udp.connect((SERVER_ADDR, 7071))
@@ -599,7 +647,7 @@ def test_claw_scheme_sets_up_the_server_and_removes_exactly_what_it_made(bed: Be
     scheme.teardown()  # idempotent
     assert _default_cc(bed.server) == default_before
     assert _sysctls(bed.server) == sysctls_before
-    assert name not in loader.available_congestion_controls()
+    assert scheme.server_cc not in loader.available_congestion_controls()
     assert "bpf" not in bed.server.run(["tc", "filter", "show", "dev", bed.server_dev, "ingress"]).stdout
     assert not scheme.agent.alive()
     scheme_bpffs = bed.run_dir / bed.res.name("bp" if name == "claw" else "bq")
@@ -748,11 +796,14 @@ os.kill(os.getpid(), signal.SIGKILL)
         # what it made, so the failure leaves nothing behind.
         cleanup_from_ledger(tmp_path / "ledger.jsonl")
         pytest.fail(proc.stderr)
-    assert "claw" in loader.available_congestion_controls()
+    name = loader.cc_name("claw", rid)
+    assert name in loader.available_congestion_controls()
+    ours = ledger_struct_ops_ids(tmp_path / "ledger.jsonl")
     removed = cleanup_from_ledger(tmp_path / "ledger.jsonl")
     kinds = " | ".join(removed)
-    for what in ("default congestion control", "tc ingress filter", "struct_ops claw", "BPF pin", "bpffs", "namespace"):
+    for what in ("default congestion control", "tc ingress filter", f"struct_ops {name}", "BPF pin", "bpffs",
+                 "namespace"):
         assert what in kinds, kinds
-    assert "claw" not in loader.available_congestion_controls()
-    wait_for(lambda: "claw" not in struct_ops_names(), "the struct_ops map to be freed", 10)
+    assert name not in loader.available_congestion_controls()
+    wait_for(lambda: not ours & struct_ops_ids(), "the struct_ops map to be freed", 10)
     assert str(tmp_path) not in Path("/proc/mounts").read_text()

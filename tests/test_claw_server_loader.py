@@ -129,7 +129,56 @@ def test_bpffs_source_must_be_prefixed(tmp_path: Path) -> None:
 
 def test_unknown_variant_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown CLAW variant"):
-        loader.CongestionControl(None, "vegas")  # type: ignore[arg-type]
+        loader.CongestionControl(None, "vegas", name="vegas_ab12")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown CLAW variant"):
+        loader.cc_name("vegas", "ab12")
+
+
+def test_cc_names_are_the_runs_own_and_fit_the_kernels_limit() -> None:
+    assert loader.cc_name("claw", "ab12") == "claw_ab12" and loader.cc_name("cqic", "ab12") == "cqic_ab12"
+    assert loader.cc_name("claw", "w" * 10) == "claw_" + "w" * 10          # 15 characters: TCP_CA_NAME_MAX - 1
+    for run_id in ("w" * 11, "AB12", "a-b"):
+        with pytest.raises(ValueError, match="congestion control name"):
+            loader.cc_name("claw", run_id)
+    with pytest.raises(ValueError, match="congestion control name"):
+        loader.CongestionControl(None, "claw", name="claw with space")  # type: ignore[arg-type]
+
+
+def _object(tmp_path: Path, section: str, data: bytes) -> Path:
+    """A minimal 64-bit little-endian ELF file: a null section, ``section`` holding
+    ``data``, and the section-name table."""
+    import struct
+    names = b"\0" + section.encode() + b"\0.shstrtab\0"
+    data_at, names_at = 64, 64 + len(data)
+    shoff = names_at + len(names)
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", header, 0x28, shoff)
+    struct.pack_into("<HHH", header, 0x3A, 64, 3, 2)
+    sections = (bytes(64) + struct.pack("<IIQQQQIIQQ", 1, 1, 0, 0, data_at, len(data), 0, 0, 8, 0)
+                + struct.pack("<IIQQQQIIQQ", 2 + len(section), 3, 0, 0, names_at, len(names), 0, 0, 1, 0))
+    path = tmp_path / "x_cc.bpf.o"
+    path.write_bytes(bytes(header) + data + names + sections)
+    return path
+
+
+def test_struct_ops_image_renames_the_one_compiled_name(tmp_path: Path) -> None:
+    ops = bytes(88) + b"claw".ljust(16, b"\0") + bytes(40) + b"\x01\0\0\0"
+    path = _object(tmp_path, ".struct_ops", ops)
+    image = loader.struct_ops_image(path, "claw", "claw_ab12")
+    assert len(image) == path.stat().st_size
+    assert image == path.read_bytes().replace(b"claw".ljust(16, b"\0"), b"claw_ab12".ljust(16, b"\0"))
+    with pytest.raises(ResourceError, match="occurs 0 times"):
+        loader.struct_ops_image(path, "cqic", "cqic_ab12")
+    twice = _object(tmp_path, ".struct_ops", ops + ops)
+    with pytest.raises(ResourceError, match="occurs 2 times"):
+        loader.struct_ops_image(twice, "claw", "claw_ab12")
+    other = _object(tmp_path, ".data", ops)
+    with pytest.raises(ResourceError, match="expected one .struct_ops section, found 0"):
+        loader.struct_ops_image(other, "claw", "claw_ab12")
+    (tmp_path / "junk.o").write_bytes(b"not an ELF file")
+    with pytest.raises(ResourceError, match="not a 64-bit little-endian ELF"):
+        loader.struct_ops_image(tmp_path / "junk.o", "claw", "claw_ab12")
 
 
 def test_cleanup_entry_removes_a_leftover_pin_and_ignores_what_is_gone(tmp_path: Path) -> None:

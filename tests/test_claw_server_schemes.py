@@ -36,8 +36,13 @@ def ctx(tmp_path: Path) -> SchemeContext:
 
 
 def test_registry_has_the_five_schemes_with_their_ccs() -> None:
-    assert {name: cls.server_cc for name, cls in SCHEMES.items()} == {
-        "cubic": "cubic", "reno": "reno", "bbr": "bbr", "claw": "claw", "cqic": "cqic"}
+    kernel = {name: cls.server_cc for name, cls in SCHEMES.items() if not issubclass(cls, Claw)}
+    assert kernel == {"cubic": "cubic", "reno": "reno", "bbr": "bbr"}
+    # claw and cqic load their own CC, named per run (claw_<run id>): known once set up.
+    assert {name: cls.cc_variant for name, cls in SCHEMES.items() if issubclass(cls, Claw)} == {
+        "claw": "claw", "cqic": "cqic"}
+    with pytest.raises(RuntimeError, match=r"named per run \(claw_<run id>\); set the scheme up first"):
+        get_scheme("claw")().server_cc
     assert all(cls.description for cls in SCHEMES.values())
     with pytest.raises(InputError, match="unknown scheme 'vegas'; known: bbr, claw, cqic, cubic, reno"):
         get_scheme("vegas")

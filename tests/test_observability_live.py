@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -74,25 +73,19 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         state.undo()
 
 
-def _replay(runs_dir: Path, attempts: int = 4) -> Path:
+def _replay(runs_dir: Path) -> Path:
     """A replay of one claw and one cubic load, as `clawbed replay` runs it (the command
-    object of replay/cli.py). The claw CC is registered machine-wide, so while another run
-    holds it the claw load fails: then wait and run again."""
-    for attempt in range(attempts):
-        name = f"{REPLAY_NAME}-{attempt}"
-        proc = subprocess.run(
-            [sys.executable, "-c", "from clawbed.replay.cli import replay; replay()",
-             "--trace", str(TRACE), "--page", "set-01", "--schemes", "claw,cubic", "--runs", "1", "--loader", "h2",
-             "--name", name, "--runs-dir", str(runs_dir)],
-            capture_output=True, text=True, timeout=600)
-        results = runs_dir / name / "results.jsonl"
-        records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
-        if any("already registered" in (r.get("error") or "") for r in records):
-            time.sleep(30)
-            continue
-        assert proc.returncode == 0 and all(r["ok"] for r in records), proc.stdout[-3000:] + proc.stderr[-3000:]
-        return runs_dir / name
-    pytest.fail(f"the claw congestion control stayed registered by another run for {attempts} attempts")
+    object of replay/cli.py)."""
+    name = REPLAY_NAME
+    proc = subprocess.run(
+        [sys.executable, "-c", "from clawbed.replay.cli import replay; replay()",
+         "--trace", str(TRACE), "--page", "set-01", "--schemes", "claw,cubic", "--runs", "1", "--loader", "h2",
+         "--name", name, "--runs-dir", str(runs_dir)],
+        capture_output=True, text=True, timeout=600)
+    results = runs_dir / name / "results.jsonl"
+    records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    assert proc.returncode == 0 and records and all(r["ok"] for r in records), proc.stdout[-3000:] + proc.stderr[-3000:]
+    return runs_dir / name
 
 
 def _rows(url: str, measurement: str, run: str) -> int:

@@ -3,11 +3,16 @@
  * CLAW's server congestion control (Algorithm 1 of the paper, as shared/docs/claw-spec.md
  * settles it), a BPF struct_ops tcp_congestion_ops.
  *
- * One source, two congestion controls: built plainly it registers "claw"; built with
- * -DCLAW_VARIANT_CQIC it registers "cqic", which ignores the saturated and wireline modes
- * (CQIC has no hybrid mode and no bottleneck detector; its client computes N_f = N_s).
+ * One source, two congestion controls: built plainly it is "claw"; built with
+ * -DCLAW_VARIANT_CQIC "cqic", which ignores the saturated and wireline modes (CQIC has no
+ * hybrid mode and no bottleneck detector; its client computes N_f = N_s). The name compiled
+ * in is the variant's; the loader registers each run's copy as "<variant>_<run id>"
+ * (claw/server/loader.py, cc_name), since congestion-control names are machine-wide.
  * Both share the maps of claw_maps.h through pins in the run's bpffs, so one agent serves
  * either.
+ *
+ * At init, with a fresh report for the UE in force: the first flight is W_claw (cellular or
+ * saturated mode), paced over the handshake's RTT.
  *
  * Per ACK (cong_control):
  *   1. the shadow Cubic: the kernel's cubic (kfuncs) runs on a window of its own, W_cubic,
@@ -291,9 +296,56 @@ static __always_inline __u32 shadow_projected(const struct claw_ca *ca, __u32 sr
 	return (__u32)target;
 }
 
+/*
+ * Was the flow held back by the network on this ACK, rather than by the application or
+ * the receiver? The bottleneck detector's evidence (claw/DESIGN.md, "Departure: the
+ * evidence is 'held back by the network', not 'cwnd-limited'"). Either
+ *   - cwnd-limited (tp->is_cwnd_limited: the kernel remembers it for the current window,
+ *     see tcp_cwnd_validate), or
+ *   - a full segment written but not sent while the receiver's window would take it: the
+ *     send was deferred by the sending host's own queue (TCP small queues) or by pacing.
+ *     Behind a bottleneck at the host's own link (a shaped NIC, a rate-limited VM port,
+ *     or a shaper anywhere on the same host while the packet is still charged to the
+ *     socket) TSQ keeps only a couple of packets in the queue, so the flow runs at the
+ *     bottleneck's rate, never cwnd-limited and never losing. The kernel counts this
+ *     case as network-limited too: tcp_rate_check_app_limited marks a flow app-limited
+ *     only with less than a segment unsent *and* nothing in the host's queues.
+ * An application that writes less than it may send, or a closed receive window, is
+ * neither: the flow then uses fewer RBs than N_f on any path.
+ */
+static __always_inline int network_limited(const struct tcp_sock *tp, __u32 mss)
+{
+	if (tp->is_cwnd_limited)
+		return 1;
+	if (tp->write_seq - tp->snd_nxt < mss)
+		return 0;
+	/* The receiver's window end, snd_una + snd_wnd, leaves room for another segment. */
+	return (__s32)(tp->snd_una + tp->snd_wnd - (tp->snd_nxt + mss)) >= 0;
+}
+
 static __always_inline __u32 srtt_us_of(const struct tcp_sock *tp)
 {
 	return tp->srtt_us >> 3; /* tp->srtt_us is 8 x the smoothed RTT in us */
+}
+
+/* ceil(W_claw / MSS), at least MIN_CWND_PKTS (before any loss cap). */
+static __always_inline __u32 w_claw_packets(const struct claw_peer *peer, __u32 mss)
+{
+	return max_u32((__u32)(((__u64)peer->w_claw_bytes + mss - 1) / mss), MIN_CWND_PKTS);
+}
+
+/* The kernel's pacing rule (tcp_update_pacing_rate) on a window of `pkts`: `percent` of
+ * pkts * MSS / srtt, bytes/s; unlimited while there is no RTT sample. Sets and returns it. */
+static __always_inline __u64 set_pacing_rate(struct sock *sk, __u32 mss, __u32 pkts, __u32 srtt_us, __u64 percent)
+{
+	__u64 rate_Bps = ~0ULL;
+
+	if (srtt_us)
+		rate_Bps = (__u64)mss * pkts * USEC_PER_SEC / srtt_us * percent / 100;
+	if (rate_Bps > sk->sk_max_pacing_rate)
+		rate_Bps = sk->sk_max_pacing_rate;
+	sk->sk_pacing_rate = rate_Bps;
+	return rate_Bps;
 }
 
 /* Which flag the ACKs that reported this loss carried (overflow wins over wireless: when
@@ -360,11 +412,50 @@ void BPF_PROG(claw_init, struct sock *sk)
 	flow_key(sk, &key);
 	/* A new connection on a reused 4-tuple starts from zero. */
 	struct claw_flow_stats zero = {};
+	__u64 now_ns = bpf_ktime_get_ns();
+	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
+	__u32 srtt_us = srtt_us_of(tp);
 	zero.flags = CC_VARIANT_FLAG;
-	zero.cwnd_pkts = tp->snd_cwnd;
 	zero.w_cubic_pkts = tp->snd_cwnd;
-	zero.mss_bytes = tp->mss_cache;
-	zero.updated_ns = bpf_ktime_get_ns();
+	zero.mss_bytes = mss;
+	/* The handshake's RTT (passive open: measured before the CC is initialised), so the
+	 * agent's first echo gives the client its window T before the first data ACK. */
+	zero.srtt_us = srtt_us;
+	zero.updated_ns = now_ns;
+
+	/* A fresh report for this UE is in force already (its client reports while the UE is
+	 * connected): the first flight is CLAW's window, not the initial window (claw/DESIGN.md,
+	 * "W_claw from the first flight"). Wireline mode keeps the initial window: Cubic's. */
+	__u32 ue_addr = key.ue_addr;
+	struct claw_peer *peer = bpf_map_lookup_elem(&claw_peers, &ue_addr);
+	if (peer && peer->mode != CLAW_MODE_NONE && within(peer->updated_ns, now_ns, peer->stale_after_ns)) {
+		__u32 mode = CC_HONOURS_MODES ? peer->mode : CLAW_MODE_CELLULAR;
+		__u32 w_claw_pkts = w_claw_packets(peer, mss);
+		__u32 target = 0;
+
+		if (mode == CLAW_MODE_CELLULAR) {
+			target = w_claw_pkts;
+			ca->own.applied = CLAW_APPLIED_CELLULAR;
+		} else if (mode == CLAW_MODE_SATURATED) {
+			target = max_u32(tp->snd_cwnd, w_claw_pkts);
+			ca->own.applied = CLAW_APPLIED_SATURATED;
+		}
+		if (target) {
+			if (tp->snd_cwnd_clamp)
+				target = min_u32(target, tp->snd_cwnd_clamp);
+			tp->snd_cwnd = target;
+			zero.applied = ca->own.applied;
+			zero.w_claw_pkts = w_claw_pkts;
+			zero.peer_seq = peer->seq;
+			zero.report_seen_ns = now_ns;
+			/* The flow offers CLAW's window from its start; its first ACK keeps this run
+			 * only if the first flight was held back by the network (runs_claws_window). */
+			zero.claw_limited_since_ns = now_ns;
+			/* Spread over the first RTT, as every later jump to W_claw. */
+			zero.pacing_rate_Bps = set_pacing_rate(sk, mss, target, srtt_us, PACING_CA_PERCENT);
+		}
+	}
+	zero.cwnd_pkts = tp->snd_cwnd;
 	bpf_map_update_elem(&claw_flows, &key, &zero, BPF_ANY);
 }
 
@@ -551,8 +642,7 @@ void BPF_PROG(claw_cong_control, struct sock *sk, __u32 ack, int flag, const str
 	} else {
 		__u32 mode = CC_HONOURS_MODES ? peer->mode : CLAW_MODE_CELLULAR;
 
-		w_claw_pkts = (__u32)(((__u64)peer->w_claw_bytes + mss - 1) / mss);
-		w_claw_pkts = max_u32(w_claw_pkts, MIN_CWND_PKTS);
+		w_claw_pkts = w_claw_packets(peer, mss);
 		if (ca->own.cap_pkts)
 			w_claw_pkts = min_u32(w_claw_pkts, ca->own.cap_pkts);
 		if (mode == CLAW_MODE_WIRELINE) {
@@ -587,33 +677,33 @@ void BPF_PROG(claw_cong_control, struct sock *sk, __u32 ack, int flag, const str
 	ca->own.applied = applied;
 
 	/* 3. Pacing: the kernel's rule on the window just set. */
-	__u64 rate_Bps = ~0ULL;
-	if (srtt_us) {
-		int fast = shadow_in_slow_start(ca) && applied != CLAW_APPLIED_CELLULAR;
-		__u64 pkts = max_u32(target, tp->packets_out);
-		rate_Bps = (__u64)mss * pkts * USEC_PER_SEC / srtt_us;
-		rate_Bps = rate_Bps * (fast ? PACING_SS_PERCENT : PACING_CA_PERCENT) / 100;
-	}
-	if (rate_Bps > sk->sk_max_pacing_rate)
-		rate_Bps = sk->sk_max_pacing_rate;
-	sk->sk_pacing_rate = rate_Bps;
+	int fast = shadow_in_slow_start(ca) && applied != CLAW_APPLIED_CELLULAR;
+	__u64 rate_Bps = set_pacing_rate(sk, mss, max_u32(target, tp->packets_out), srtt_us,
+					 fast ? PACING_SS_PERCENT : PACING_CA_PERCENT);
 
 	/* 4. Statistics for the agent's echo and replay's samplers. */
 	struct claw_flow_stats *st = flow_stats(&key);
 	if (!st)
 		return;
 	__u32 flags = CC_VARIANT_FLAG;
+	int held_by_network = network_limited(tp, mss);
 	if (tp->is_cwnd_limited) {
 		flags |= CLAW_FLOW_CWND_LIMITED;
 		st->cwnd_limited_ns = now_ns;
 	}
-	/* The bottleneck detector's evidence: a window whose flow was cwnd-limited by CLAW's
-	 * window from start to end shows whether the cell carried W_claw. The initial window,
-	 * a stale report, an RTO or, in wireline mode, a W_cubic below W_claw end the run:
-	 * a flow held below W_claw uses fewer RBs than N_f whatever the bottleneck. */
-	int runs_claws_window = applied == CLAW_APPLIED_CELLULAR || applied == CLAW_APPLIED_SATURATED ||
-				(applied == CLAW_APPLIED_WIRELINE && w_cubic >= w_claw_pkts);
-	if (tp->is_cwnd_limited && runs_claws_window) {
+	if (held_by_network)
+		flags |= CLAW_FLOW_NETWORK_LIMITED;
+	/* The bottleneck detector's evidence: a window whose flow was held back by the network
+	 * (not the application, not the receiver) at CLAW's window from start to end shows
+	 * whether the cell carried W_claw. The initial window, a stale report, an RTO, the cap
+	 * after a loss the UE flagged as a base-station overflow or, in wireline mode, a
+	 * W_cubic below W_claw end the run: a flow held below W_claw uses fewer RBs than N_f
+	 * whatever the bottleneck. An unflagged loss does not: it is congestion elsewhere,
+	 * which is what the detector looks for (claw/DESIGN.md). */
+	int runs_claws_window = (applied == CLAW_APPLIED_CELLULAR || applied == CLAW_APPLIED_SATURATED ||
+				 (applied == CLAW_APPLIED_WIRELINE && w_cubic >= w_claw_pkts)) &&
+				!(ca->own.cap_pkts && ca->own.last_cause == CLAW_LOSS_OVERFLOW);
+	if (held_by_network && runs_claws_window) {
 		if (!st->claw_limited_since_ns)
 			st->claw_limited_since_ns = now_ns;
 	} else {

@@ -60,6 +60,9 @@ enum claw_loss_cause {
 #define CLAW_FLOW_SHADOW_SS 0x04    /* the shadow Cubic is in slow start */
 #define CLAW_FLOW_CQIC 0x08         /* the flow runs the cqic variant */
 #define CLAW_FLOW_RELEASED 0x10     /* the socket closed (the entry stays until evicted) */
+#define CLAW_FLOW_NETWORK_LIMITED 0x20 /* held back by the network on the last ACK: cwnd-limited,
+                                        * or a segment unsent with the receive window open
+                                        * (claw_cc.bpf.c, network_limited) */
 
 /* Key of claw_peers: the UE's IPv4 address, network byte order (a __u32). */
 
@@ -108,8 +111,9 @@ struct claw_flow_stats {
 	__u64 report_seen_ns;    /* the first ACK that saw report peer_seq (reaction time) */
 	__u64 report_seen_acks;  /* the value of acks on that ACK */
 	__u64 claw_limited_since_ns; /* start of the current run of ACKs on which the flow was
-	                              * cwnd-limited by CLAW's window (see claw_cc.bpf.c,
-	                              * runs_claws_window); 0 when the last ACK was not */
+	                              * network-limited at CLAW's window (see claw_cc.bpf.c,
+	                              * network_limited, runs_claws_window); 0 when the last
+	                              * ACK was not */
 };
 
 struct claw_ack_flags {

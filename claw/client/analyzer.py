@@ -343,6 +343,15 @@ class LoadAnalyzer:
         i = t_ms % RING_MS
         return self._own_rbs[i] if self.active and self._valid(i, t_ms) else 0
 
+    def own_bits_at(self, t_ms: int) -> int:
+        """What the UE's transport block of subframe ``t_ms`` carried, bits: the TBS of its
+        MCS, RBs and layers (the PDSCH record's TB size); 0 when it was not scheduled, or
+        with a reserved MCS (29–31: a retransmission), or when the subframe is not held."""
+        i = t_ms % RING_MS
+        if not (self.active and self._valid(i, t_ms)) or self._mcs[i] < 0 or self._own_rbs[i] <= 0:
+            return 0
+        return self.tbs_bits(self._mcs[i], self._own_rbs[i], 2 if self._two_layers[i] else 1)
+
     def tbs_bits(self, mcs: int, n_prb: int, layers: int = 1) -> int:
         """TBS bits for MCS ``mcs`` on ``n_prb`` PRBs clamped to [1, N_rb] (the capacity
         formula's F), ``layers`` 1 or 2."""

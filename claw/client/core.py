@@ -13,19 +13,25 @@ subframe's row holds every message of it whatever their order; 1 ms of latency):
 1. the analyzer's estimate of the window ending there;
 2. at the end of each window (every T ms since the connection started): the saturation
    rule observes N_I and N_t;
-3. a pending bottleneck check adds the subframe's own RBs to its U while the subframe lies
-   in the T_u subframes after the W_claw update that started it (T_u = the update's window,
-   so U and N_f count the same number of subframes), and is judged once that window is
-   over and the server's echo of the update's own report has arrived: the echo's flag says
-   whether the server's flow was cwnd-limited by CLAW's window throughout the server-side
-   window whose data reached the UE in U's window. Flagged: the detector judges U against
-   N_f, the smallest of the update's and of the earlier updates whose W_claw the server
+3. every pending bottleneck check adds the subframe's own RBs to its U while the subframe
+   lies in the T_u subframes after the W_claw update that started it (T_u = the update's
+   window, so U and N_f count the same number of subframes), and is judged once that
+   window is over and the server's echo of the update's own report has arrived: the echo's
+   flag says whether the server's flow was held back by the network (not by the
+   application or the receiver) at CLAW's window throughout the server-side window whose
+   data reached the UE in U's window. Flagged: the detector judges U against N_f, the
+   smallest (as a rate) of the update's and of the earlier updates whose W_claw the server
    was applying while it sent that data. Not flagged: no verdict (nothing was offered at
    W_claw). No echo within another T_u: the check is dropped. See claw/DESIGN.md,
    Bottleneck detector;
-4. when the feedback period has elapsed: a :class:`~clawbed.claw.feedback.Feedback`
-   (never before the first downlink subframe, never while the radio is idle, never
-   without any MCS known); a W_claw update starts a bottleneck check when none is pending.
+4. when the feedback period has elapsed, or a bottleneck check is to start: a
+   :class:`~clawbed.claw.feedback.Feedback` (never before the first downlink subframe,
+   never while the radio is idle, never without any MCS known). While the server reports a
+   flow to this UE (or the UE is scheduled in most subframes), checks run in two chains of
+   back-to-back windows half a window apart, each started by a W_claw update of its own;
+   otherwise a periodic update starts one when none is open. A verdict counts only if its
+   window does not overlap the last counted one, so three consecutive verdicts cover three
+   windows (claw/DESIGN.md, "Departure: the detector's cadence").
 """
 
 from __future__ import annotations
@@ -46,6 +52,14 @@ from clawbed.claw.client.feed import (MAC_DL_TRANSPORT_BLOCK, PDCP_DL_STATS, PDS
 MIN_FEEDBACK_PERIOD_MS = 1
 #: Least often: the feedback's longest window.
 MAX_FEEDBACK_PERIOD_MS = 10_000
+#: Chains of back-to-back bottleneck checks while the UE downloads, offset by T / this: the
+#: first window with evidence starts at most that long after the flow can give it
+#: (claw/DESIGN.md, "Departure: the detector's cadence").
+CHECK_CHAINS = 2
+#: The UE counts as downloading (the chains start before the server's echo says so) when it
+#: was scheduled in at least this many of the last ``RECEIVING_OF`` subframes: a ping or an
+#: echo takes a subframe or two, a download nearly every one.
+RECEIVING_SUBFRAMES, RECEIVING_OF = 5, 10
 #: Recent W_claw updates kept to find the ones in force at the server during a check's
 #: window (at least 2 T / period + 1: 201 at T = 10 s and a 100 ms period, more than enough
 #: at any period for the windows that matter).
@@ -126,13 +140,18 @@ class _Check:
     start_ms: int
     #: The update's window T, ms: N_f's length, hence U's.
     window_ms: int
-    #: N_f the window is judged against, RBs (see :meth:`ClientCore._reference_n_f`).
+    #: N_f the window is judged against, RBs (see :meth:`ClientCore._reference`).
     n_f_rbs: float
+    #: What the server surely offered over the window, bytes: the smallest W_claw in force,
+    #: as a rate over the window (see :meth:`ClientCore._reference`).
+    offered_bytes: float
     #: Sequence number of the update's report: its echo carries the check's evidence.
     seq: int
     #: U so far: own RBs (per subframe, summed) of the window's subframes closed so far.
     u_rbs: int = 0
-    #: The echo's flag once it arrived: cwnd-limited by CLAW's window throughout the window.
+    #: What those RBs carried, bits (the UE's transport blocks).
+    u_bits: int = 0
+    #: The echo's flag once it arrived: held back by the network at CLAW's window throughout.
     limited_by_w_claw: bool | None = None
 
     @property
@@ -162,6 +181,8 @@ class Counters:
     checks_without_evidence: int = 0
     #: Checks whose echo never came: no verdict.
     checks_unanswered: int = 0
+    #: Checks with evidence whose window overlapped the last counted verdict's: no verdict.
+    checks_overlapping: int = 0
     bad_messages: int = 0
 
 
@@ -186,9 +207,17 @@ class ClientCore:
         self._was_active = False
         self._window_end_ms: int | None = None
         self._last_feedback_ms: int | None = None
-        self._check: _Check | None = None
-        #: (diag time, N_f) of the latest W_claw updates, oldest first.
-        self._updates: deque[tuple[int, float]] = deque(maxlen=RECENT_UPDATES)
+        #: Pending bottleneck checks, oldest first.
+        self._checks: list[_Check] = []
+        #: The end of the window of the last verdict counted, ms: a later check counts only
+        #: if its window starts there or later.
+        self._counted_end_ms: int | None = None
+        #: The last echo reported a flow from the server to this UE (a window > 0).
+        self._server_has_flow = False
+        #: Whether the UE was scheduled, for the last RECEIVING_OF subframes.
+        self._scheduled: deque[bool] = deque(maxlen=RECEIVING_OF)
+        #: (diag time, N_f, window T, W_claw bytes) of the latest W_claw updates, oldest first.
+        self._updates: deque[tuple[int, float, int, int]] = deque(maxlen=RECENT_UPDATES)
         self._window_ms = DEFAULT_WINDOW_MS
 
     # -- inputs ------------------------------------------------------------------------------
@@ -260,12 +289,14 @@ class ClientCore:
             self.counters.echoes_other_ue += 1
             return False
         self.counters.echoes += 1
+        self._server_has_flow = echo.cwnd_packets > 0
         if echo.srtt_us > 0:
             self._window_ms = window_ms_from_srtt_us(echo.srtt_us)
             if self.analyzer is not None:
                 self.analyzer.set_window_ms(self._window_ms)
-        if self._check is not None and echo.seq == self._check.seq:
-            self._check.limited_by_w_claw = echo.cwnd_limited
+        for check in self._checks:
+            if echo.seq == check.seq:
+                check.limited_by_w_claw = echo.cwnd_limited
         return True
 
     def finish(self) -> Step:
@@ -309,7 +340,10 @@ class ClientCore:
         if not active and self._was_active:
             # The radio went idle: windows and checks start afresh with the next connection.
             self._window_end_ms = None
-            self._check = None
+            self._checks = []
+            self._counted_end_ms = None
+            self._server_has_flow = False
+            self._scheduled.clear()
             self._updates.clear()
             self.saturation.reset()
         self._was_active = active
@@ -324,59 +358,104 @@ class ClientCore:
                 if self.uses_detector:
                     self.saturation.observe(estimate.n_i_rbs, estimate.n_t_rbs)
                 self._window_end_ms = t + window
-            if self._check is not None:
-                verdict = self._advance_check(self._check, t)
-            if estimate.mean_mcs is not None and (
-                    self._last_feedback_ms is None or t - self._last_feedback_ms >= self.config.feedback_period_ms):
+            self._scheduled.append(a.own_rbs_at(t) > 0)
+            window_ends_here = any(c.window_end_ms == t for c in self._checks)
+            verdict = self._advance_checks(t)
+            period_over = (self._last_feedback_ms is None
+                           or t - self._last_feedback_ms >= self.config.feedback_period_ms)
+            check_wanted = self.uses_detector and self._check_starts(t, window, window_ends_here, period_over)
+            if estimate.mean_mcs is not None and (period_over or check_wanted):
                 feedback = self._feedback(t, estimate)
                 step.feedback.append(feedback)
                 seq = feedback.seq
                 self._last_feedback_ms = t
-                if self.uses_detector and self._check is None:
-                    self._check = _Check(t, window, self._reference_n_f(t, window, estimate.n_f_rbs), feedback.seq)
-                self._updates.append((t, estimate.n_f_rbs))
+                if check_wanted:
+                    n_f_rbs, offered_bytes = self._reference(t, window, estimate.n_f_rbs, estimate.w_claw_bytes)
+                    self._checks.append(_Check(t, window, n_f_rbs, offered_bytes, feedback.seq))
+                self._updates.append((t, estimate.n_f_rbs, window, estimate.w_claw_bytes))
         state, degraded = self.detector_state
         step.rows.append(Row(t, self._open_unix, active, estimate, self.saturation.saturated, state, degraded,
                              verdict, seq, self._open_events))
         self._open_events = []
 
-    def _reference_n_f(self, t_ms: int, window_ms: int, n_f_rbs: float) -> float:
-        """N_f for a check started by the update at ``t_ms`` (N_f ``n_f_rbs``, window T).
+    def _reference(self, t_ms: int, window_ms: int, n_f_rbs: float, w_claw_bytes: int) -> tuple[float, float]:
+        """(N_f, the window offered in bytes) for a check started by the update at ``t_ms``
+        (N_f ``n_f_rbs``, W_claw ``w_claw_bytes``, window T).
 
         The data that reaches the UE in the T after the update left the server in the T
         before the update's report reached it, under the W_claw of earlier updates: the last
         one sent at or before t − T and every one sent since. The smallest of their N_f and
         the update's is what the server offered for sure; a fresh connection's first,
         small W_claw (a window of a few subframes) then does not read as "wireline".
+        Updates over another window T' are compared as rates: N_f' · T / T' (T grows with
+        the queue behind a wired bottleneck, and a 70 ms N_f against a 140 ms U halves the
+        ratio the detector judges). The bytes offered likewise: the smallest W_claw as a rate,
+        W_claw' · T / T' (what the free RBs carry in T at the MCS and layers each update
+        estimated).
         """
-        reference = n_f_rbs
-        for sent_ms, n_f in reversed(self._updates):
-            reference = min(reference, n_f)
+        reference, offered = n_f_rbs, float(w_claw_bytes)
+        for sent_ms, n_f, update_window_ms, w_claw in reversed(self._updates):
+            reference = min(reference, n_f * window_ms / update_window_ms)
+            offered = min(offered, w_claw * window_ms / update_window_ms)
             if sent_ms <= t_ms - window_ms:
                 break
-        return reference
+        return reference, offered
 
-    def _advance_check(self, check: _Check, t_ms: int) -> Bottleneck | None:
-        """Count subframe ``t_ms`` into ``check``'s U; judge or drop the check when it is
-        due (see the module docstring, step 3); the verdict, if one was judged."""
+    def _check_starts(self, t_ms: int, window_ms: int, window_ends_here: bool, period_over: bool) -> bool:
+        """Whether a bottleneck check, with the report that starts it, begins at subframe
+        ``t_ms`` (after the checks were advanced to it).
+
+        While the server reports a flow to this UE, or the UE is being scheduled in most
+        subframes (a download began; the echo saying so is an RTT away), checks run in two
+        chains of back-to-back windows, half a window apart: one begins when none is open,
+        when an open one's window ends here (its successor; two chains that meet here
+        merge), and when only one is open and it began at least T / 2 ago (the second chain).
+        Otherwise a periodic report starts one when none is open.
+        """
+        open_checks = [c for c in self._checks if c.window_end_ms > t_ms]
+        if not (self._server_has_flow or sum(self._scheduled) >= RECEIVING_SUBFRAMES):
+            return period_over and not open_checks
+        if not open_checks or window_ends_here:
+            return True
+        return (len(open_checks) < CHECK_CHAINS
+                and t_ms - open_checks[-1].start_ms >= -(-window_ms // CHECK_CHAINS))
+
+    def _advance_checks(self, t_ms: int) -> Bottleneck | None:
+        """Count subframe ``t_ms`` into the U of every pending check whose window holds it;
+        judge or drop the checks that are due (see the module docstring, step 3), in the
+        order their windows end; the last verdict judged, if any."""
         assert self.analyzer is not None
-        if check.start_ms < t_ms <= check.window_end_ms:
-            check.u_rbs += self.analyzer.own_rbs_at(t_ms)
-        if t_ms < check.window_end_ms:
-            return None
-        if check.limited_by_w_claw is None:
-            if t_ms >= check.expires_ms:
-                self.counters.checks_unanswered += 1
-                self._check = None
-            return None
-        self._check = None
-        if not check.limited_by_w_claw:
-            self.counters.checks_without_evidence += 1
-            return None
-        self.counters.verdicts += 1
-        # The detector's clock (its cache's 60 s) is the end of the judged window.
-        return self.detectors.observe(self.config.server, check.window_end_ms / 1000.0, check.n_f_rbs,
-                                      check.u_rbs, True)
+        own_rbs = self.analyzer.own_rbs_at(t_ms) if self._checks else 0
+        own_bits = self.analyzer.own_bits_at(t_ms) if own_rbs else 0
+        for check in self._checks:
+            if check.start_ms < t_ms <= check.window_end_ms:
+                check.u_rbs += own_rbs
+                check.u_bits += own_bits
+        verdict: Bottleneck | None = None
+        for check in sorted(self._checks, key=lambda c: c.window_end_ms):
+            if t_ms < check.window_end_ms:
+                continue
+            if check.limited_by_w_claw is None:
+                if t_ms >= check.expires_ms:
+                    self.counters.checks_unanswered += 1
+                    self._checks.remove(check)
+                continue
+            self._checks.remove(check)
+            if not check.limited_by_w_claw:
+                self.counters.checks_without_evidence += 1
+                continue
+            if self._counted_end_ms is not None and check.start_ms < self._counted_end_ms:
+                # Its window overlaps the last counted one: three consecutive verdicts must
+                # cover three windows, not one stretch of the flow seen twice.
+                self.counters.checks_overlapping += 1
+                continue
+            self._counted_end_ms = check.window_end_ms
+            self.counters.verdicts += 1
+            # The detector's clock (its cache's 60 s) is the end of the judged window.
+            verdict = self.detectors.observe(self.config.server, check.window_end_ms / 1000.0, check.n_f_rbs,
+                                             check.u_rbs, True, offered_bytes=check.offered_bytes,
+                                             received_bytes=check.u_bits / 8)
+        return verdict
 
     def _feedback(self, t_ms: int, estimate: Estimate) -> Feedback:
         state, degraded = self.detector_state

@@ -7,7 +7,8 @@
   every subframe) as an HMAC-authenticated UDP datagram (``clawbed.claw.feedback``) to the
   server agent, from the UE namespace;
 - reads the agent's echoes: the smoothed RTT becomes the window T (and the ACK-marking
-  window), the cwnd-limited flag goes to the bottleneck detector;
+  window), the cwnd-limited flag (held back by the network at W_claw) goes to the
+  bottleneck detector;
 - turns RLC-loss and BS-overflow events into ACK marks by writing the event's
   CLOCK_MONOTONIC time and kind into the egress BPF program's map (:mod:`.marking`);
 - logs its estimates per subframe to a CSV file (:mod:`.estimates`);

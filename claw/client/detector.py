@@ -3,12 +3,13 @@ as ``shared/docs/claw-spec.md`` settles them. Pure state machines: no clock of t
 (callers pass times), no I/O.
 
 Bottleneck detector, once per window: U = N_s of the window that follows a W_claw update;
-if the server reported the flow cwnd-limited in that window and U < δ·N_f (δ = 0.8, N_f of
-the update), the verdict is "wireline", else "cellular". Three consecutive equal verdicts
-switch the state. Verdicts that alternate for six consecutive windows (c, w, c, w, c, w)
-mean the two bottlenecks are comparable: the client degrades to plain Cubic for that
-server (it reports "wireline" from then on, so the server runs its Cubic window) until the
-cached state expires. The state is cached per server address for 60 s after its last use.
+if the server reported the flow "cwnd-limited" in that window (held back by the network at
+CLAW's window: claw/DESIGN.md) and U < δ·N_f (δ = 0.8, N_f of the update), the verdict is
+"wireline", else "cellular". Three consecutive equal verdicts switch the state. Verdicts
+that alternate for six consecutive windows (c, w, c, w, c, w) mean the two bottlenecks are
+comparable: the client degrades to plain Cubic for that server (it reports "wireline" from
+then on, so the server runs its Cubic window) until the cached state expires. The state
+is cached per server address for 60 s after its last use.
 
 Saturation: the channel is saturated when the idle RBs N_I were below 5 % of N_t in each of
 the last two consecutive windows; one window at or above 5 % clears it.
@@ -19,7 +20,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-#: δ: U below this fraction of N_f (while cwnd-limited) is a wireline verdict.
+#: δ: U below this fraction of N_f, and the bytes received below this fraction of the
+#: window offered (while the flow was held back by the network), is a wireline verdict.
 DELTA = 0.8
 #: Consecutive equal verdicts that switch the state.
 SWITCH_AFTER = 3
@@ -40,10 +42,15 @@ class Bottleneck(str, enum.Enum):
     WIRELINE = "wireline"
 
 
-def verdict(n_f_rbs: float, u_rbs: float, cwnd_limited: bool, delta: float = DELTA) -> Bottleneck:
-    """One window's verdict: wireline iff the flow was cwnd-limited and used U < δ·N_f RBs
-    (RBs per subframe, summed over the window)."""
-    return Bottleneck.WIRELINE if cwnd_limited and u_rbs < delta * n_f_rbs else Bottleneck.CELLULAR
+def verdict(n_f_rbs: float, u_rbs: float, cwnd_limited: bool, delta: float = DELTA, *,
+            offered_bytes: float | None = None, received_bytes: float | None = None) -> Bottleneck:
+    """One window's verdict: wireline iff the flow was cwnd-limited (held back by the
+    network) and used U < δ·N_f RBs (RBs per subframe, summed over the window) and, when
+    given, received fewer than δ·``offered_bytes`` (the window the server offered) in it
+    (claw/DESIGN.md, "Departure: U in bytes too")."""
+    short_of_rbs = u_rbs < delta * n_f_rbs
+    short_of_bytes = offered_bytes is None or received_bytes is None or received_bytes < delta * offered_bytes
+    return Bottleneck.WIRELINE if cwnd_limited and short_of_rbs and short_of_bytes else Bottleneck.CELLULAR
 
 
 class BottleneckDetector:
@@ -69,10 +76,13 @@ class BottleneckDetector:
         """What the feedback's bottleneck flag says: wireline state, or degraded to Cubic."""
         return self.degraded or self.state is Bottleneck.WIRELINE
 
-    def observe(self, n_f_rbs: float, u_rbs: float, cwnd_limited: bool) -> Bottleneck:
+    def observe(self, n_f_rbs: float, u_rbs: float, cwnd_limited: bool, *, offered_bytes: float | None = None,
+                received_bytes: float | None = None) -> Bottleneck:
         """Judge one window (N_f of the update, U of the window after it, the server's
-        cwnd-limited flag for that window); update the state; return the verdict."""
-        v = verdict(n_f_rbs, u_rbs, cwnd_limited, self.delta)
+        cwnd-limited flag for that window, and optionally the window the server offered and
+        the bytes the UE received, see :func:`verdict`); update the state; return the verdict."""
+        v = verdict(n_f_rbs, u_rbs, cwnd_limited, self.delta, offered_bytes=offered_bytes,
+                    received_bytes=received_bytes)
         self.verdicts += 1
         if self.last_verdict is None:
             self._same_run, self._alternating_run = 1, 1
@@ -123,9 +133,11 @@ class DetectorCache:
             return None
         return entry.detector
 
-    def observe(self, server: str, now_s: float, n_f_rbs: float, u_rbs: float, cwnd_limited: bool) -> Bottleneck:
+    def observe(self, server: str, now_s: float, n_f_rbs: float, u_rbs: float, cwnd_limited: bool, *,
+                offered_bytes: float | None = None, received_bytes: float | None = None) -> Bottleneck:
         """:meth:`BottleneckDetector.observe` on ``server``'s detector."""
-        return self.get(server, now_s).observe(n_f_rbs, u_rbs, cwnd_limited)
+        return self.get(server, now_s).observe(n_f_rbs, u_rbs, cwnd_limited, offered_bytes=offered_bytes,
+                                               received_bytes=received_bytes)
 
     def expire(self, now_s: float) -> None:
         """Drop every entry unused for ``ttl_s``."""

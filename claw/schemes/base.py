@@ -8,6 +8,7 @@ A run uses one like this::
     scheme.setup(ctx)                      # server side: sysctls, CC, agent; pushed on ctx.resources
     procs = scheme.start_clients(ctx)      # client side, one per UE (none for kernel CCs)
     sock.setsockopt(IPPROTO_TCP, TCP_CONGESTION, scheme.server_cc.encode())  # or the namespace default
+                                           # (claw/cqic: claw_<run id>, known after setup)
     ...
     scheme.teardown()                      # or let ctx.resources close: same thing, once
 
@@ -102,8 +103,11 @@ class Scheme(ABC):
     per socket, such as nginx)."""
 
     name: ClassVar[str]
-    #: What servers pass to ``setsockopt(TCP_CONGESTION)``.
-    server_cc: ClassVar[str]
+    #: The congestion control's name in the kernel: what servers pass to
+    #: ``setsockopt(TCP_CONGESTION)`` and what the server namespace's default becomes. Fixed
+    #: for a kernel CC; a scheme that loads its own CC (claw, cqic) names it per run and
+    #: knows it once set up.
+    server_cc: str
     description: ClassVar[str] = ""
 
     def __init__(self) -> None:

@@ -3,9 +3,10 @@
 Server side (in this order, undone in reverse):
 
 1. a bpffs in the run directory (``<run_dir>/cb<run id>bp``), for the CC's pinned maps;
-2. the congestion control (``claw/bpf/claw_cc.bpf.c``) registered, and made the server
-   namespace's default (it is non-restricted, and the default goes back before it is
-   unregistered);
+2. the congestion control (``claw/bpf/claw_cc.bpf.c``) registered under the run's own name,
+   ``claw_<run id>`` (:attr:`Claw.server_cc`; the user-facing scheme name stays ``claw``),
+   and made the server namespace's default (it is non-restricted, and the default goes
+   back before it is unregistered);
 3. the ACK-flag reader on the server's device towards the UEs;
 4. a key (``<run_dir>/claw-key``, 32 random bytes, mode 0600) shared with the clients;
 5. the agent (``python -m clawbed.claw.server.agent``) in the server namespace, each UE id
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from clawbed.netns import OwnedProcess, ResourceError
 from clawbed.claw.schemes.base import ClientAgent, Scheme, SchemeContext, register_scheme
-from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl
+from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl, cc_name
 
 #: How long the agent may take to bind and open the maps, s.
 AGENT_READY_TIMEOUT_S = 10.0
@@ -45,10 +46,25 @@ def ensure_key(path: Path) -> Path:
 @register_scheme
 class Claw(Scheme):
     name = "claw"
-    server_cc = "claw"
     description = "CLAW: W_claw from the UE's PHY view, hybrid mode, bottleneck detector, loss flags"
+    #: Which congestion control is loaded (``<variant>_cc.bpf.o``); its name in the kernel is
+    #: ``cc_name(cc_variant, run id)``.
+    cc_variant = "claw"
     #: ``--variant`` of the client.
     client_variant = "claw"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cc: CongestionControl | None = None
+
+    @property
+    def server_cc(self) -> str:  # type: ignore[override]
+        """The congestion control's name in the kernel, ``<variant>_<run id>`` (names are
+        machine-wide, so each run registers its own): known once :meth:`setup` ran."""
+        if self.cc is None:
+            raise RuntimeError(f"scheme {self.name}: its congestion control is named per run "
+                               f"({self.cc_variant}_<run id>); set the scheme up first")
+        return self.cc.name
 
     def _setup_server(self, ctx: SchemeContext) -> None:
         res = ctx.resources
@@ -58,7 +74,8 @@ class Claw(Scheme):
         bpffs = BpffsMount(ctx.run_dir / res.name(role), res.name(role), ledger=res.ledger)
         self.stack.callback(bpffs.close)
         self.bpffs = bpffs
-        cc = CongestionControl(bpffs, self.server_cc, ledger=res.ledger)
+        cc = CongestionControl(bpffs, self.cc_variant, name=cc_name(self.cc_variant, res.run_id),
+                               ledger=res.ledger)
         self.stack.callback(cc.close)
         self.cc = cc
         # The default is set here, by the CC, so that it is restored before unregistering.

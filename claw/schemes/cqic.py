@@ -12,6 +12,6 @@ from clawbed.claw.schemes.claw import Claw
 @register_scheme
 class Cqic(Claw):
     name = "cqic"
-    server_cc = "cqic"
     description = "CQIC: W_claw from the UE's own resource blocks only; no hybrid mode, no bottleneck detector"
+    cc_variant = "cqic"
     client_variant = "cqic"

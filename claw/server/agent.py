@@ -12,9 +12,9 @@ For every datagram from a CLAW client:
    its Cubic window);
 3. answer with an :class:`~clawbed.claw.feedback.Echo` of the flows to that UE from
    ``claw_flows``: the smoothed RTT of the most recently acknowledged flow, the sum of the
-   windows, and whether any was cwnd-limited by CLAW's window throughout the report's
-   window T (:func:`limited_by_claws_window`). With no active flow the echo carries srtt 0
-   and cwnd 0 ("unknown").
+   windows, and whether any was held back by the network at CLAW's window throughout the
+   report's window T (the echo's "cwnd-limited" flag, :func:`limited_by_claws_window`).
+   With no active flow the echo carries srtt 0 and cwnd 0 ("unknown").
 
 The agent runs in the server's namespace (its socket must be there; the maps are reached
 through pins in the run's bpffs, which any namespace can open). It logs its counters every
@@ -55,6 +55,10 @@ STALE_PERIODS = 3
 ACTIVE_FLOW_NS = 1_000_000_000
 #: Walk the whole flow map for a UE's flows at most this often, ns.
 RESCAN_INTERVAL_NS = 1_000_000_000
+#: ... and at most this often while none of the UE's known flows is active, ns: half the
+#: default feedback period, so a new connection is found by the first report after it
+#: (a limit of one period would skip every other report when they arrive a little early).
+RESCAN_IDLE_INTERVAL_NS = 50_000_000
 WRONG_SOURCE = "wrong-source"
 MAP_ERROR = "map-error"
 
@@ -178,17 +182,18 @@ class Agent:
         return active
 
     def flow_summary(self, ue_key: bytes, now: int, window_ms: int) -> tuple[int, int, bool]:
-        """(srtt µs, cwnd packets, cwnd-limited) over the UE's active flows; zeros if none.
+        """(srtt µs, cwnd packets, the echo's flag) over the UE's active flows; zeros if none.
 
-        The flow map is walked once a second, and sooner (at most ten times a second) when
-        none of the UE's known flows is active, so a new connection is found quickly
-        without walking the whole map for every report."""
+        The flow map is walked once a second, and sooner (at most every
+        ``RESCAN_IDLE_INTERVAL_NS``) when none of the UE's known flows is active, so a new
+        connection is found by the next report without walking the whole map for every
+        report."""
         since_scan = None if self._last_scan_ns is None else now - self._last_scan_ns
         if since_scan is None or since_scan >= RESCAN_INTERVAL_NS:
             self._rescan(now)
             since_scan = 0
         active = self._active_flows(ue_key, now)
-        if not active and since_scan >= RESCAN_INTERVAL_NS // 10:
+        if not active and since_scan >= RESCAN_IDLE_INTERVAL_NS:
             self._rescan(now)
             active = self._active_flows(ue_key, now)
         if not active:
@@ -203,14 +208,18 @@ class Agent:
 
 
 def limited_by_claws_window(st: FlowStats, now_ns: int, window_ns: int) -> bool:
-    """The echo's cwnd-limited flag for one flow: cwnd-limited by CLAW's window on every
-    ACK of the last ``window_ns`` (the report's T), up to now.
+    """The echo's "cwnd-limited" flag for one flow: held back by the network at CLAW's
+    window on every ACK of the last ``window_ns`` (the report's T), up to now — the run the
+    CC keeps in ``claw_limited_since_ns``: cwnd-limited, or a segment written and not sent
+    with the receive window open (TCP small queues or pacing holding it: a bottleneck at the
+    server's own link), in cellular or saturated mode, and no W_claw cap after a loss the
+    UE flagged as a base-station overflow.
 
     Stricter than "cwnd-limited at some point in the window" because the client's
     bottleneck detector reads the flag as "the server offered W_claw throughout the window
-    whose RBs I counted": a flow in its initial window, capped by a stale report or an RTO,
-    or held to a W_cubic below W_claw in wireline mode, is cwnd-limited too, yet uses fewer
-    RBs than N_f on any path (claw/DESIGN.md, Bottleneck detector).
+    whose RBs I counted": a flow in its initial window, capped by a stale report, an
+    overflow loss or an RTO, or held to a W_cubic below W_claw in wireline mode, is cwnd-limited too, yet
+    uses fewer RBs than N_f on any path (claw/DESIGN.md, Bottleneck detector).
     """
     since = st.claw_limited_since_ns
     return since != 0 and now_ns - since >= window_ns and now_ns - st.updated_ns <= window_ns

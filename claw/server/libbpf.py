@@ -62,6 +62,7 @@ def lib() -> ctypes.CDLL:
             p = ctypes.c_void_p
             decl = {
                 "bpf_object__open_file": ([ctypes.c_char_p, p], p),
+                "bpf_object__open_mem": ([p, ctypes.c_size_t, p], p),
                 "bpf_object__load": ([p], ctypes.c_int),
                 "bpf_object__close": ([p], None),
                 "bpf_object__find_map_by_name": ([p, ctypes.c_char_p], p),
@@ -106,17 +107,35 @@ def _tail(log: list[str], lines: int = 25) -> str:
     return "\n  libbpf: " + "\n  libbpf: ".join(text[-lines:])
 
 
+class _OpenOpts(ctypes.Structure):
+    """The head of libbpf's ``struct bpf_object_open_opts`` (``sz`` says how much of it a
+    caller fills; libbpf takes the fields beyond it as zero)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("object_name", ctypes.c_char_p)]
+
+
 class BpfObject:
     """An opened (then loaded) BPF object file. :meth:`close` releases libbpf's descriptors;
-    what was pinned or registered stays until removed on its own."""
+    what was pinned or registered stays until removed on its own.
 
-    def __init__(self, path: Path) -> None:
+    With ``image``, the object is opened from those bytes (a modified copy of the file at
+    ``path``, which names it in errors and gives libbpf its object name) instead of the file.
+    """
+
+    def __init__(self, path: Path, *, image: bytes | None = None) -> None:
         self.path = Path(path)
         self._lib = lib()
-        if not self.path.is_file():
+        if image is None and not self.path.is_file():
             raise BpfError(f"opening BPF object {self.path}: no such file (build it: claw/bpf/build.sh)")
+        # libbpf parses an image in place until the object is loaded: keep it alive with us.
+        self._image = ctypes.create_string_buffer(image, len(image)) if image is not None else None
         with _Capture() as log:
-            obj = self._lib.bpf_object__open_file(os.fsencode(str(self.path)), None)
+            if self._image is None:
+                obj = self._lib.bpf_object__open_file(os.fsencode(str(self.path)), None)
+            else:
+                # The same object name open_file would derive from the file name.
+                opts = _OpenOpts(ctypes.sizeof(_OpenOpts), os.fsencode(self.path.name.split(".")[0]))
+                obj = self._lib.bpf_object__open_mem(self._image, len(self._image), ctypes.byref(opts))
         if not obj:
             err = ctypes.get_errno()
             raise BpfError(f"opening BPF object {self.path}: {os.strerror(err)}{_tail(log)}", err)

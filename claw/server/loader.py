@@ -5,8 +5,10 @@ style of :mod:`clawbed.netns`; the ``Resources`` helpers at the bottom record ea
 the run's ledger before creating it and push its ``close`` on the stack:
 
 - :class:`CongestionControl` — ``claw`` or ``cqic`` (``claw/bpf/claw_cc.bpf.c``), registered
-  through a struct_ops *link* pinned in the run's bpffs: removing that pin unregisters it,
-  so even a run killed with SIGKILL leaves nothing registered once its bpffs is unmounted.
+  under a name of the run's own (:func:`cc_name`: ``claw_<run id>``; congestion-control
+  names are machine-wide, so two runs can each have theirs at the same time) through a
+  struct_ops *link* pinned in the run's bpffs: removing that pin unregisters it, so even a
+  run killed with SIGKILL leaves nothing registered once its bpffs is unmounted.
   The shared maps (``claw_peers``, ``claw_flows``, ``claw_ack_flags``) are pinned beside it;
   the first object to load creates them, later ones reuse them, and each removes only the
   pins it created.
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -38,14 +42,79 @@ from clawbed.claw.server.maps import ACK_FLAGS_MAP, FLOWS_MAP, SHARED_MAPS, Flow
 
 log = logging.getLogger(__name__)
 
-#: The congestion controls built from ``claw_cc.bpf.c`` (object ``<variant>_cc.bpf.o``).
+#: The congestion controls built from ``claw_cc.bpf.c`` (object ``<variant>_cc.bpf.o``, whose
+#: struct_ops variable, map and compiled-in CC name are all ``<variant>``).
 VARIANTS = ("claw", "cqic")
+#: The longest congestion-control name: the kernel's TCP_CA_NAME_MAX (16) less its NUL.
+CC_NAME_MAX = 15
+#: Size of ``tcp_congestion_ops.name``, bytes.
+CC_NAME_FIELD_BYTES = 16
 AVAILABLE_CC = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 #: What a namespace default goes back to when it was ours and nothing else is known: reno is
 #: the one CC every namespace may always default to (the kernel marks it non-restricted).
 FALLBACK_CC = "reno"
 #: tc filter priority of CLAW's programs (any fixed value: we delete by it).
 TC_PREF = 0xC1A
+
+def cc_name(variant: str, run_id: str) -> str:
+    """The name run ``run_id`` registers CLAW's ``variant`` under: ``<variant>_<run id>``.
+
+    The kernel's congestion-control names are one namespace for the whole machine; a name of
+    the run's own lets two runs (two replays, a replay and the kernel tests) each register
+    claw at the same time instead of waiting for each other."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown CLAW variant {variant!r}; one of {', '.join(VARIANTS)}")
+    return check_cc_name(f"{variant}_{run_id}")
+
+
+def check_cc_name(name: str) -> str:
+    """``name`` if the kernel takes it as a congestion control's name (at most
+    ``CC_NAME_MAX`` characters; [a-z0-9_] here, a subset of what it allows), else ValueError."""
+    if not 0 < len(name) <= CC_NAME_MAX or not re.fullmatch(r"[a-z0-9_]+", name):
+        raise ValueError(f"congestion control name {name!r}: must be 1 to {CC_NAME_MAX} characters of [a-z0-9_]")
+    return name
+
+
+def struct_ops_image(path: Path, compiled_name: str, name: str) -> bytes:
+    """The BPF object file ``path`` with the ``name`` field of its struct_ops variable
+    (``tcp_congestion_ops.name``, compiled in as ``compiled_name``) set to ``name``.
+
+    libbpf copies a struct_ops variable from its ELF section when it opens the object, and
+    the 1.1 that Debian 12 ships gives no access to that copy before load
+    (``bpf_map__initial_value`` returns NULL for a struct_ops map), so the name is changed
+    in the section's bytes: the one 16-byte NUL-padded ``compiled_name`` in it (the rest of
+    a tcp_congestion_ops there is zeros and ``flags``)."""
+    image = bytearray(path.read_bytes())
+    where = f"BPF object {path}"
+    if image[:4] != b"\x7fELF" or image[4] != 2 or image[5] != 1:
+        raise ResourceError(f"{where}: not a 64-bit little-endian ELF file")
+    (shoff,) = struct.unpack_from("<Q", image, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 0x3A)
+
+    def section(i: int) -> tuple[int, int, int]:
+        """(name offset in the section-name table, file offset, size) of section ``i``."""
+        sh_name, _type, _flags, _addr, offset, size = struct.unpack_from("<IIQQQQ", image, shoff + i * shentsize)
+        return sh_name, offset, size
+
+    _, names_at, _ = section(shstrndx)
+    found = []
+    for i in range(shnum):
+        sh_name, offset, size = section(i)
+        end = image.index(b"\0", names_at + sh_name)
+        if image[names_at + sh_name:end].decode(errors="replace") in (".struct_ops", ".struct_ops.link"):
+            found.append((offset, size))
+    if len(found) != 1:
+        raise ResourceError(f"{where}: expected one .struct_ops section, found {len(found)}")
+    offset, size = found[0]
+    old = compiled_name.encode().ljust(CC_NAME_FIELD_BYTES, b"\0")
+    data = bytes(image[offset:offset + size])
+    if data.count(old) != 1:
+        raise ResourceError(f"{where}: the congestion control's name {compiled_name!r} occurs "
+                            f"{data.count(old)} times in its .struct_ops section, not once")
+    at = offset + data.index(old)
+    image[at:at + CC_NAME_FIELD_BYTES] = name.encode().ljust(CC_NAME_FIELD_BYTES, b"\0")
+    return bytes(image)
+
 
 def available_congestion_controls() -> list[str]:
     """The kernel's registered congestion controls (one list for every namespace)."""
@@ -82,31 +151,33 @@ class _SharedPins:
 
 
 class CongestionControl:
-    """The ``claw`` or ``cqic`` congestion control, registered while this object is open.
+    """The ``claw`` or ``cqic`` congestion control (``variant``), registered under ``name``
+    (:func:`cc_name`) while this object is open; sockets and namespace defaults use ``name``.
 
     ``close`` moves every namespace default that :meth:`set_namespace_default` set (and the
     root namespace's, should it name us) off it, unregisters it by removing its link pin,
     waits until the kernel no longer lists it, and removes the map pins its load created.
     """
 
-    def __init__(self, bpffs: BpffsMount, variant: str = "claw", *, ledger: Ledger | None = None,
+    def __init__(self, bpffs: BpffsMount, variant: str = "claw", *, name: str, ledger: Ledger | None = None,
                  obj_dir: Path | None = None, register_timeout_s: float = 5.0) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"unknown CLAW variant {variant!r}; one of {', '.join(VARIANTS)}")
-        self.name = variant
+        self.variant = variant
+        self.name = check_cc_name(name)
         self.bpffs = bpffs
         self.ledger = ledger
         self.timeout_s = register_timeout_s
-        self.link_pin = bpffs / f"{variant}_link"
+        self.link_pin = bpffs / f"{name}_link"
         self._defaults: list[tuple[Namespace, str]] = []
         self._closed = True
-        if variant in available_congestion_controls():
+        if name in available_congestion_controls():
             raise ResourceError(
-                f"registering congestion control {variant}: one of that name is already registered "
-                f"(another run, or a leftover: bpftool struct_ops list)")
+                f"registering congestion control {name}: one of that name is already registered "
+                f"(a leftover of a run with the same id? bpftool struct_ops list)")
         obj_path = object_path(f"{variant}_cc.bpf.o", obj_dir)
         self._pins = _SharedPins(bpffs, ledger)
-        with BpfObject(obj_path) as obj:
+        with BpfObject(obj_path, image=struct_ops_image(obj_path, variant, name)) as obj:
             self._pins.attach(obj, SHARED_MAPS)
             obj.add_map_flags(variant, bpfmap.BPF_F_LINK)
             try:
@@ -116,7 +187,7 @@ class CongestionControl:
             try:
                 obj.prepare_struct_ops(variant)
                 self.struct_ops_id = bpfmap.map_info(obj.map_fd(variant)).map_id
-                record(ledger, "struct_ops", variant, pin=str(self.link_pin), map_id=self.struct_ops_id)
+                record(ledger, "struct_ops", name, pin=str(self.link_pin), map_id=self.struct_ops_id)
                 link_fd = bpfmap.link_create_struct_ops(obj.map_fd(variant))
                 try:
                     bpfmap.obj_pin(link_fd, self.link_pin)
@@ -126,9 +197,9 @@ class CongestionControl:
                 self._pins.remove()
                 raise
         self._closed = False
-        if variant not in available_congestion_controls():
+        if name not in available_congestion_controls():
             self.close()
-            raise ResourceError(f"registering congestion control {variant}: the link was made but "
+            raise ResourceError(f"registering congestion control {name}: the link was made but "
                                 f"{AVAILABLE_CC} does not list it")
 
     def set_namespace_default(self, ns: Namespace) -> None:
@@ -171,16 +242,18 @@ class CongestionControl:
         # The kernel frees the struct_ops map after an RCU grace period, or once the last
         # socket using the CC closes; wait briefly so that a caller listing struct_ops next
         # sees it gone, but only warn: sockets of the run may still be closing.
-        while struct_ops_map_exists(self.struct_ops_id, self.name):
+        while struct_ops_map_exists(self.struct_ops_id, self.variant):
             if time.monotonic() > deadline:
-                log.warning("struct_ops map %s (id %d) is still held after unregistering, by sockets "
-                            "that still use it; it goes when they close", self.name, self.struct_ops_id)
+                log.warning("struct_ops map %s of %s (id %d) is still held after unregistering, by sockets "
+                            "that still use it; it goes when they close", self.variant, self.name,
+                            self.struct_ops_id)
                 break
             time.sleep(0.02)
 
 
 def struct_ops_map_exists(map_id: int, name: str) -> bool:
-    """True while the kernel still has struct_ops map ``map_id`` named ``name``."""
+    """True while the kernel still has struct_ops map ``map_id`` named ``name`` (the map's
+    name is the variant's, ``claw`` or ``cqic``, whatever name the CC was registered under)."""
     try:
         fd = bpfmap.map_fd_by_id(map_id)
     except BpfError:
@@ -250,8 +323,8 @@ def read_flow_stats(bpffs_dir: Path) -> dict[FlowKey, FlowStats]:
 # --- Resources helpers: record, create, push close ----------------------------------------
 
 def register_cc(res: Resources, bpffs: BpffsMount, variant: str = "claw") -> CongestionControl:
-    """Register ``claw`` or ``cqic`` for the life of ``res``."""
-    cc = CongestionControl(bpffs, variant, ledger=res.ledger)
+    """Register ``claw`` or ``cqic`` as ``cc_name(variant, res.run_id)`` for the life of ``res``."""
+    cc = CongestionControl(bpffs, variant, name=cc_name(variant, res.run_id), ledger=res.ledger)
     res.callback(cc.close)
     return cc
 

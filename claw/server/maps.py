@@ -59,6 +59,7 @@ class FlowFlag(enum.IntFlag):
     SHADOW_SLOW_START = 0x04
     CQIC = 0x08
     RELEASED = 0x10
+    NETWORK_LIMITED = 0x20
 
 
 def addr_key(address: str | ipaddress.IPv4Address) -> bytes:
