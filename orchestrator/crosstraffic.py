@@ -20,6 +20,9 @@ them (Mahimahi-style: each adds one source of load, none knows of the others):
 
 Senders choose their congestion control per socket (iperf3 ``-C``, ``TCP_CONGESTION``):
 the namespace default of the core belongs to the replay's scheme when the server runs there.
+An other UE on ``claw`` or ``cqic`` gets an instance of its own (instance ``u<i>``: its CC
+``claw_<run id>_u<i>``, its bpffs, its agent on UDP :data:`OTHER_UE_AGENT_BASE_PORT` + ``i``
+in the core namespace, its client on the UE), set up when it starts and removed when it stops.
 
 The on/off sender and its sink are this module run as a program::
 
@@ -42,10 +45,12 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from clawbed.claw.schemes import get_scheme
-from clawbed.claw.schemes.base import KernelScheme
+from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
+from clawbed.claw.schemes.base import KernelScheme, Scheme
+from clawbed.claw.schemes.claw import Claw
+from clawbed.emulator.config import MAX_UES
 from clawbed.emulator.topology import CellTopology, UeNode
 from clawbed.errors import InputError
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wait_until
@@ -56,9 +61,17 @@ if TYPE_CHECKING:
 
 CROSS_KINDS = ("bulk", "onoff")
 OTHER_UE_KINDS = ("bulk", "page")
-#: Kernel congestion controls a background sender may use (claw/cqic need a client and an
-#: agent per UE, which background flows do not get).
+#: Kernel congestion controls a cross-traffic sender may use (a wired host has no UE, so no
+#: CLAW client).
 KERNEL_CCS = ("cubic", "reno", "bbr")
+#: Schemes an other UE may run: the kernel CCs, and claw/cqic with an instance of their own.
+OTHER_UE_SCHEMES = (*KERNEL_CCS, "claw", "cqic")
+#: Most other UEs a replay may have: the emulator's cell holds MAX_UES, one is the replay's.
+MAX_OTHER_UES = MAX_UES - 1
+#: The CLAW agent of other UE ``i`` listens on UDP this port + ``i`` (the replay's own on 7070).
+OTHER_UE_AGENT_BASE_PORT = 7070
+#: How long an other UE's CLAW client may take to read the diag feed and log rows, s.
+CLIENT_READY_TIMEOUT_S = 10.0
 #: The sink of cross host ``i`` listens on this port + ``i``; UE ``i``'s receiver on
 #: :data:`OTHER_UE_BASE_PORT` + ``i``.
 CROSS_BASE_PORT = 5200
@@ -106,7 +119,8 @@ class OtherUeSpec:
     """One other UE's traffic (the suite spec's ``other_ues`` entry)."""
 
     kind: str = "bulk"
-    #: The download's sender congestion control: a kernel scheme (cubic, reno, bbr).
+    #: The download's scheme: a kernel CC (cubic, reno, bbr), or claw/cqic (an instance of
+    #: its own: CC, agent, client on the UE).
     scheme: str = "cubic"
     #: ``page``: the page whose size each download has.
     page: str = "set-01"
@@ -115,12 +129,12 @@ class OtherUeSpec:
         if self.kind not in OTHER_UE_KINDS:
             raise InputError(f"{flag}: kind {self.kind!r} must be one of {', '.join(OTHER_UE_KINDS)}")
         try:
-            scheme = get_scheme(self.scheme)
+            get_scheme(self.scheme)
         except InputError as e:
             raise InputError(f"{flag}: {e}") from None
-        if not issubclass(scheme, KernelScheme):
-            raise InputError(f"{flag}: scheme {self.scheme!r} needs its own client and agent per UE; other UEs "
-                             f"run a kernel CC: {', '.join(KERNEL_CCS)}")
+        if self.scheme not in OTHER_UE_SCHEMES:
+            raise InputError(f"{flag}: scheme {self.scheme!r} cannot run on an other UE; one of "
+                             f"{', '.join(OTHER_UE_SCHEMES)}")
         if self.kind == "page":
             try:
                 pages.get_page(self.page)
@@ -148,8 +162,8 @@ def parse_other_ues(text: str) -> list[OtherUeSpec]:
     if not match:
         raise InputError(f"--other-ues {text!r}: give N or N:scheme (e.g. 2:cubic)")
     n = int(match.group(1))
-    if not 1 <= n <= 8:
-        raise InputError(f"--other-ues {text!r}: N must be 1..8")
+    if not 1 <= n <= MAX_OTHER_UES:
+        raise InputError(f"--other-ues {text!r}: N must be 1..{MAX_OTHER_UES} (the cell holds {MAX_UES} UEs)")
     spec = OtherUeSpec(scheme=match.group(2) or "cubic")
     spec.check()
     return [spec] * n
@@ -305,17 +319,36 @@ class OnOffCross(_CrossHost):
         return {**super().describe(), "seed": self.seed, "sigma": ONOFF_SIGMA}
 
 
-class _OtherUe(Background):
-    """Downloads from the core namespace (the far side of the emulator) to UE ``ue_index``."""
+@dataclass(frozen=True)
+class ClawSettings:
+    """What an other UE's claw/cqic instance needs from its replay beyond the topology."""
 
-    def __init__(self, spec: OtherUeSpec, ue_index: int) -> None:
+    #: UE index → its diag feed's port (``Emulator.diag_port``; the emulator is running).
+    diag_port: Callable[[int], int]
+    #: Extra client arguments (the trace's ``--n-rb``, ``--n-antennas``).
+    client_args: list[str]
+    feedback_period_ms: int = 100
+
+
+class _OtherUe(Background):
+    """Downloads from the core namespace (the far side of the emulator) to UE ``ue_index``,
+    with claw/cqic set up for that UE alone (``claw`` settings needed then)."""
+
+    def __init__(self, spec: OtherUeSpec, ue_index: int, claw: ClawSettings | None = None) -> None:
         super().__init__()
         spec.check()
         if ue_index < 1:
             raise ValueError("UE 0 is the replay's own UE")
+        scheme_class = get_scheme(spec.scheme)
+        if not issubclass(scheme_class, KernelScheme) and claw is None:
+            raise ValueError(f"other UE {ue_index} runs {spec.scheme}: give its ClawSettings (diag port, client args)")
         self.spec = spec
         self.ue_index = ue_index
-        self.cc = get_scheme(spec.scheme).server_cc
+        self.claw = claw
+        #: The kernel's name of the senders' CC: fixed for a kernel CC, per instance for claw/cqic
+        #: (known once :meth:`start` set it up).
+        self.cc: str | None = scheme_class.server_cc if issubclass(scheme_class, KernelScheme) else None
+        self.scheme: Scheme | None = None
         self.name = f"ue{ue_index}-{spec.kind}"
         self.ue: UeNode | None = None
 
@@ -325,12 +358,52 @@ class _OtherUe(Background):
         self.ue = topo.ues[self.ue_index]
         port = OTHER_UE_BASE_PORT + self.ue_index
         log_dir = _log_dir(res)
+        if self.cc is None:
+            self._start_scheme(res, topo, log_dir)
         receiver = res.process(self.ue.command(self._receiver_argv(str(self.ue.address), port)),
                                name=f"{self.name}-receiver", log_path=log_dir / f"{self.name}-receiver.log")
         self._procs.append(receiver)
         _wait_listening(self.ue.ns, port, receiver)
         self._procs.append(res.process(topo.core.command(self._sender_argv(str(self.ue.address), port, log_dir)),
                                        name=f"{self.name}-sender", log_path=log_dir / f"{self.name}-sender.log"))
+
+    def _start_scheme(self, res: Resources, topo: CellTopology, log_dir: Path) -> None:
+        """Set claw/cqic up for this UE alone: server side in the core namespace (its own CC,
+        bpffs and agent; the core's default CC untouched), its client on the UE, ready once
+        the client has logged estimates."""
+        assert self.ue is not None and self.claw is not None
+        scheme = get_scheme(self.spec.scheme)()
+        assert isinstance(scheme, Claw)
+        run_dir = log_dir / f"ue{self.ue_index}-{self.spec.scheme}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        endpoint = UeEndpoint(self.ue.ns, str(self.ue.address), self.ue.index, self.ue.tun,
+                              self.claw.diag_port(self.ue_index))
+        ctx = SchemeContext(resources=res, run_dir=run_dir, server_ns=topo.core.ns,
+                            server_address=str(topo.core.address), server_device=topo.core.tun, ues=[endpoint],
+                            agent_port=OTHER_UE_AGENT_BASE_PORT + self.ue_index,
+                            feedback_period_ms=self.claw.feedback_period_ms, client_args=list(self.claw.client_args),
+                            namespace_default=False, instance=f"u{self.ue_index}")
+        self.scheme = scheme
+        scheme.setup(ctx)
+        self.cc = scheme.server_cc
+        [client] = scheme.start_clients(ctx)
+        estimates = run_dir / f"{self.spec.scheme}-client-ue{self.ue_index}.csv"
+
+        def logging_rows() -> bool:
+            if not client.alive():
+                raise ResourceError(f"{self.name}: the {self.spec.scheme} client exited with status "
+                                    f"{client.popen.returncode} (log: {estimates.with_suffix('.log')})")
+            # More than the header line: the client reads the diag feed.
+            return estimates.exists() and len(estimates.read_bytes().splitlines()) > 1
+
+        wait_until(logging_rows, CLIENT_READY_TIMEOUT_S, f"{self.name}'s {self.spec.scheme} client to log estimates",
+                   interval_s=0.05)
+
+    def stop(self) -> None:
+        """Stop its traffic, then its claw/cqic instance (client, agent, CC, bpffs)."""
+        super().stop()
+        if self.scheme is not None:
+            self.scheme.teardown()
 
     @abstractmethod
     def _receiver_argv(self, address: str, port: int) -> list[str]: ...
@@ -354,6 +427,7 @@ class OtherUeBulk(_OtherUe):
         return ["iperf3", "-s", "-B", address, "-p", str(port)]
 
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
+        assert self.cc is not None  # set by start
         return ["iperf3", "-c", address, "-p", str(port), "-t", str(BULK_DURATION_S), "-C", self.cc,
                 "-i", "1", "--forceflush"]
 
@@ -362,8 +436,8 @@ class OtherUePage(_OtherUe):
     """Downloads of the page's total size, separated by exponential think times
     (mean :data:`PAGE_OFF_MS`), each on a new connection."""
 
-    def __init__(self, spec: OtherUeSpec, ue_index: int, seed: int) -> None:
-        super().__init__(spec, ue_index)
+    def __init__(self, spec: OtherUeSpec, ue_index: int, seed: int, claw: ClawSettings | None = None) -> None:
+        super().__init__(spec, ue_index, claw)
         self.seed = seed
         self.page_bytes = pages.get_page(spec.page, seed).total_bytes
 
@@ -374,19 +448,21 @@ class OtherUePage(_OtherUe):
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
         return [sys.executable, "-m", "clawbed.orchestrator.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", "1", "--mean-bytes", str(self.page_bytes),
-                "--sigma", "0", "--mean-off-ms", str(PAGE_OFF_MS), "--cc", self.cc,
+                "--sigma", "0", "--mean-off-ms", str(PAGE_OFF_MS), "--cc", str(self.cc),
                 "--log", str(log_dir / f"{self.name}-transfers.jsonl")]
 
 
 def build_activities(cross_traffic: Sequence[CrossTrafficSpec], other_ues: Sequence[OtherUeSpec],
-                     seed: int) -> list[Background]:
+                     seed: int, claw: ClawSettings | None = None) -> list[Background]:
     """The activities of a replay: one cross host per ``cross_traffic`` entry, and other UE
-    ``i + 1`` for ``other_ues[i]`` (UE 0 is the replay's). Each seeded from ``seed``."""
+    ``i + 1`` for ``other_ues[i]`` (UE 0 is the replay's). Each seeded from ``seed``;
+    ``claw`` is what other UEs on claw/cqic need."""
     activities: list[Background] = []
     for i, spec in enumerate(cross_traffic):
         activities.append(BulkCross(spec) if spec.kind == "bulk" else OnOffCross(spec, seed * 1000 + i))
     for i, spec in enumerate(other_ues, start=1):
-        activities.append(OtherUeBulk(spec, i) if spec.kind == "bulk" else OtherUePage(spec, i, seed * 1000 + 100 + i))
+        activities.append(OtherUeBulk(spec, i, claw) if spec.kind == "bulk"
+                          else OtherUePage(spec, i, seed * 1000 + 100 + i, claw))
     return activities
 
 

@@ -56,7 +56,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from clawbed.claw.schemes import SCHEMES
 from clawbed.emulator.config import Scheduler, parse_rate_bps
 from clawbed.errors import InputError
-from clawbed.orchestrator.crosstraffic import OtherUeSpec
+from clawbed.orchestrator.crosstraffic import MAX_OTHER_UES, OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
 from clawbed.replay import pages
 from clawbed.replay.cli import parse_size_bytes
@@ -93,11 +93,12 @@ class CrossTraffic(_Strict):
 
 
 class OtherUe(_Strict):
-    """Another UE of the cell with traffic of its own (a page load loop or a bulk download)."""
+    """Another UE of the cell with traffic of its own (a page load loop or a bulk download).
+    In a condition's ``other_ues``, ``count: N`` in an entry stands for N such UEs."""
 
     kind: Literal["page", "bulk"]
-    #: The sender's congestion control: what :class:`~clawbed.orchestrator.crosstraffic.OtherUeSpec`
-    #: can run on another UE (kernel CCs so far: claw and cqic need a client and an agent per UE).
+    #: The UE's scheme: what :class:`~clawbed.orchestrator.crosstraffic.OtherUeSpec` can run on
+    #: another UE (a kernel CC, or claw/cqic with an instance of its own).
     scheme: Annotated[str, AfterValidator(lambda v: _check_other_ue_scheme(v))] = "cubic"
     page: Annotated[str, AfterValidator(lambda v: _check_page(v))] = "set-01"
 
@@ -114,7 +115,28 @@ class Condition(_Strict):
     wireline_rate: str | None = None
     scheduler: Scheduler = Scheduler.PROPORTIONAL_FAIR
     cross_traffic: list[CrossTraffic] = []
-    other_ues: list[OtherUe] = Field(default_factory=list, max_length=8)
+    other_ues: list[OtherUe] = []
+
+    @field_validator("other_ues", mode="before")
+    @classmethod
+    def _expand_counts(cls, v: Any) -> Any:
+        """Each entry with ``count: N`` as N entries; at most MAX_OTHER_UES in all."""
+        if not isinstance(v, list):
+            return v
+        expanded: list[Any] = []
+        for i, entry in enumerate(v):
+            if isinstance(entry, dict) and "count" in entry:
+                entry = dict(entry)
+                count = entry.pop("count")
+                if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                    raise ValueError(f"other_ues[{i}].count {count!r}: must be a whole number ≥ 1")
+                expanded += [entry] * count
+            else:
+                expanded.append(entry)
+        if len(expanded) > MAX_OTHER_UES:
+            raise ValueError(f"{len(expanded)} other UEs (counts included): at most {MAX_OTHER_UES} (the cell "
+                             f"holds {MAX_OTHER_UES + 1} UEs with the replay's)")
+        return expanded
 
     @field_validator("http", mode="before")
     @classmethod
@@ -280,6 +302,42 @@ class Spec(_Strict):
     matrix: Matrix | None = None
     matrices: list[NamedMatrix] | None = Field(None, min_length=1)
     paper: list[PaperNumber] = []
+    #: At most this many other UEs in any condition (the first ones, counts included): a
+    #: small copy of a suite whose conditions fill the cell (``paper-quick.yaml``'s Fig 19).
+    max_other_ues: int | None = Field(None, ge=0, le=MAX_OTHER_UES)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cap_other_ues(cls, data: Any) -> Any:
+        cap = data.get("max_other_ues") if isinstance(data, dict) else None
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0:
+            return data  # no cap, or a bad one that the field's own check reports
+
+        def capped(condition: Any) -> Any:
+            entries = condition.get("other_ues") if isinstance(condition, dict) else None
+            if not isinstance(entries, list):
+                return condition
+            kept, total = [], 0
+            for entry in entries:
+                n = entry.get("count", 1) if isinstance(entry, dict) else 1
+                take = min(n, cap - total) if isinstance(n, int) else n
+                if isinstance(take, int) and take <= 0:
+                    break
+                kept.append({**entry, "count": take} if isinstance(entry, dict) and "count" in entry else entry)
+                total += take if isinstance(take, int) else 1
+            return {**condition, "other_ues": kept}
+
+        def capped_matrix(matrix: Any) -> Any:
+            if not isinstance(matrix, dict) or not isinstance(matrix.get("conditions"), list):
+                return matrix
+            return {**matrix, "conditions": [capped(c) for c in matrix["conditions"]]}
+
+        data = dict(data)
+        if "matrix" in data:
+            data["matrix"] = capped_matrix(data["matrix"])
+        if isinstance(data.get("matrices"), list):
+            data["matrices"] = [capped_matrix(m) for m in data["matrices"]]
+        return data
 
     @model_validator(mode="after")
     def _one_matrix_form(self) -> "Spec":

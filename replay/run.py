@@ -44,7 +44,8 @@ from clawbed.emulator.topology import CellTopology
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
-from clawbed.orchestrator.crosstraffic import Background, CrossTrafficSpec, OtherUeSpec, build_activities
+from clawbed.orchestrator.crosstraffic import (MAX_OTHER_UES, Background, ClawSettings, CrossTrafficSpec, OtherUeSpec,
+                                               build_activities)
 from clawbed.orchestrator.topology import Shaping
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
@@ -146,8 +147,9 @@ class ReplayConfig:
             raise InputError("--cross-traffic shares the wireline bottleneck: give --wireline-rate too")
         for other in self.other_ues:
             other.check()
-        if len(self.other_ues) > 8:
-            raise InputError(f"--other-ues {len(self.other_ues)}: at most 8")
+        if len(self.other_ues) > MAX_OTHER_UES:
+            raise InputError(f"--other-ues {len(self.other_ues)}: at most {MAX_OTHER_UES} (the cell holds "
+                             f"{MAX_OTHER_UES + 1} UEs)")
 
     def plan(self) -> list[tuple[int, str]]:
         """(round, scheme) of every load, schemes interleaved: A B C A B C …"""
@@ -334,7 +336,8 @@ class Replay:
         endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
         client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
         self.run_dir.write_manifest(url=url, emulator={"ready": emu.ready, "config": emu_config.to_json()})
-        activities = self._start_background(res, topo)
+        activities = self._start_background(res, topo, ClawSettings(emu.diag_port, client_args,
+                                                                     cfg.feedback_period_ms))
         plan = cfg.plan()
         self.on_event(ReplayEvent("ready", len(plan)))
 
@@ -359,11 +362,12 @@ class Replay:
         # Each load kept its own slice; the whole-run feed is kept too, compressed.
         compress_in_place(emu.diag_path(0))
 
-    def _start_background(self, res: Resources, topo: CellTopology) -> list[Background]:
+    def _start_background(self, res: Resources, topo: CellTopology, claw: ClawSettings) -> list[Background]:
         """Start the configured cross traffic and other UEs (their processes are on ``res``, so
-        Ctrl-C stops them), let them warm up, and record what runs in the manifest."""
+        Ctrl-C stops them; other UEs on claw/cqic get their own instance, ``claw``), let them
+        warm up, and record what runs in the manifest."""
         cfg = self.config
-        activities = build_activities(cfg.cross_traffic, cfg.other_ues, cfg.seed)
+        activities = build_activities(cfg.cross_traffic, cfg.other_ues, cfg.seed, claw)
         for activity in activities:
             activity.start(res, topo)
         if activities:
@@ -375,7 +379,7 @@ class Replay:
         """Stop the background traffic (before the emulator, whose TUNs its counters read) and
         record each activity's total bytes in the manifest."""
         totals = [{**a.describe(), "bytes_delivered": a.bytes_delivered()} for a in activities]
-        for activity in activities:
+        for activity in reversed(activities):  # last started, first stopped: each restores what it found
             activity.stop()
         if activities:
             self.run_dir.write_manifest(background=totals)

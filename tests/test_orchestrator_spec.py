@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 import yaml
 
-from clawbed.orchestrator.spec import LoadedSpec, SpecError, load_spec
+from clawbed.orchestrator.spec import LoadedSpec, SpecError, load_spec, parse_spec
 
 GOOD = {
     "suite": "t",
@@ -123,10 +123,12 @@ def test_paper_suites_cover_every_figure(name: str) -> None:
     numbers = spec.spec.paper
     assert {p.figure for p in numbers} == set(PAPER_FIGURES)
     assert all(p.note for p in numbers)
-    # Fig 18e (phone hardware) is stated as not emulated, not dropped; Fig 19 says what is missing.
+    # Fig 18e (phone hardware) is stated as not emulated, not dropped; Figs 19 and 20 (CLAW on
+    # the other UEs too) are measured.
     assert all(p.not_emulated for p in numbers if p.figure == "Fig 18e")
-    assert all(p.missing for p in numbers if p.figure == "Fig 19")
+    assert all(p.measurable for p in numbers if p.figure in ("Fig 19", "Fig 20"))
     labels = {s.label for s in spec.scenarios()}
+    assert any("/all-claw/" in label for label in labels) and any("/beside-claw/" in label for label in labels)
     trace = "synth:idle-cell"
     assert {f"{trace}/set-{i:02d}/h2/s1" for i in range(1, 21)} <= labels  # Fig 16: the 20-page set, idle cell
     assert {f"synth:{t}/profile/h2/s1" for t in ("idle-cell", "busy-cell", "high-sinr", "low-sinr", "slow-driving",
@@ -180,8 +182,11 @@ BAD_MATRICES = [
     (lambda d: d["matrices"][1].update(name="a"), "m.yaml: (top level): matrices: names must be unique; repeated: a"),
     (lambda d: d["matrices"][1]["conditions"][0].update(core_rtt_ms=80),
      "m.yaml: (top level): matrices: condition 'h2' has different settings in two matrices (matrix 'b')"),
-    (lambda d: d["matrices"][0]["conditions"][0].update(other_ues=[{"kind": "page", "scheme": "claw"}]),
-     "m.yaml: matrices[0].conditions[0].other_ues[0].scheme: scheme 'claw' needs its own client and agent per UE"),
+    (lambda d: d["matrices"][0]["conditions"][0].update(other_ues=[{"kind": "page", "scheme": "claw", "count": 40},
+                                                                    {"kind": "bulk", "count": 24}]),
+     "m.yaml: matrices[0].conditions[0].other_ues: 64 other UEs (counts included): at most 63"),
+    (lambda d: d["matrices"][0]["conditions"][0].update(other_ues=[{"kind": "page", "count": 0}]),
+     "m.yaml: matrices[0].conditions[0].other_ues: other_ues[0].count 0: must be a whole number ≥ 1"),
     (lambda d: d["paper"][0].update(match="set-09"), "m.yaml: paper[0].match: 'set-09' is in no scenario label"),
     (lambda d: d["paper"][0].update(versus="bbr"),
      "m.yaml: paper[0]: no scenario matching 'set-0[12]/h2' runs scheme 'bbr'"),
@@ -214,3 +219,23 @@ def test_extends_takes_the_base_keys_it_does_not_set(tmp_path: Path) -> None:
         load_spec(_write(tmp_path, {"extends": "nope.yaml", "suite": "x"}, "other.yaml"))
     with pytest.raises(SpecError, match=r"chain.yaml: extends: small.yaml must be a spec mapping that extends nothing"):
         load_spec(_write(tmp_path, {"extends": "small.yaml"}, "chain.yaml"))
+
+
+def test_max_other_ues_caps_every_condition_counts_included() -> None:
+    spec = parse_spec({
+        "suite": "capped", "max_other_ues": 3,
+        "matrix": {"traces": ["idle-cell"], "pages": ["set-01"], "schemes": ["cubic"],
+                   "conditions": [{"name": "many", "other_ues": [{"kind": "bulk", "scheme": "cubic", "count": 2},
+                                                                 {"kind": "bulk", "scheme": "claw", "count": 40}]},
+                                  {"name": "few", "other_ues": [{"kind": "bulk", "scheme": "reno"}]}]}})
+    many, few = spec.all_matrices()[0].conditions
+    assert [u.scheme for u in many.other_ues] == ["cubic", "cubic", "claw"]
+    assert [u.scheme for u in few.other_ues] == ["reno"]
+    with pytest.raises(SpecError, match="max_other_ues"):
+        parse_spec({"suite": "bad", "max_other_ues": -1,
+                    "matrix": {"traces": ["idle-cell"], "pages": ["set-01"], "schemes": ["cubic"]}})
+
+
+def test_paper_quick_keeps_fig19_small() -> None:
+    spec = load_spec(SUITES / "paper-quick.yaml").spec
+    assert max(len(c.other_ues) for m in spec.all_matrices() for c in m.conditions) <= 4

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import re
 from abc import ABC
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,9 +79,15 @@ class SchemeContext:
     #: cannot choose it per socket). A kernel CC must then be in the machine's
     #: ``net.ipv4.tcp_allowed_congestion_control``; claw and cqic always may.
     namespace_default: bool = True
+    #: Tells apart two instances of a scheme in one run (claw on UE 0 and claw on another UE):
+    #: a suffix of the kernel CC's and the bpffs' names ([a-z0-9], at most 3 characters);
+    #: "" for the replay's own, ``u<i>`` for other UE ``i``'s.
+    instance: str = ""
 
     def __post_init__(self) -> None:
         ipaddress.IPv4Address(self.server_address)
+        if not re.fullmatch(r"[a-z0-9]{0,3}", self.instance):
+            raise ValueError(f"SchemeContext.instance {self.instance!r}: at most 3 characters of [a-z0-9]")
         for ue in self.ues:
             ipaddress.IPv4Address(ue.address)
 

@@ -3,11 +3,13 @@
 Server side (in this order, undone in reverse):
 
 1. a bpffs in the run directory (``<run_dir>/cb<run id>bp``), for the CC's pinned maps;
-2. the congestion control (``claw/bpf/claw_cc.bpf.c``) registered under the run's own name,
-   ``claw_<run id>`` (:attr:`Claw.server_cc`; the user-facing scheme name stays ``claw``),
-   and made the server namespace's default (it is non-restricted, and the default goes
-   back before it is unregistered);
-3. the ACK-flag reader on the server's device towards the UEs;
+2. the ACK-flag reader on the server's device towards the UEs (shared with the run's other
+   CLAW instances on that device: :class:`~clawbed.claw.server.loader.AckFlagsIngress`);
+3. the congestion control (``claw/bpf/claw_cc.bpf.c``) registered under the run's own name,
+   ``claw_<run id>`` (``claw_<run id>_<instance>`` for another UE's instance;
+   :attr:`Claw.server_cc`; the user-facing scheme name stays ``claw``), and made the server
+   namespace's default unless ``namespace_default`` is off (it is non-restricted, and the
+   default goes back before it is unregistered);
 4. a key (``<run_dir>/claw-key``, 32 random bytes, mode 0600) shared with the clients;
 5. the agent (``python -m clawbed.claw.server.agent``) in the server namespace, each UE id
    bound to its address; ready when its stats file appears.
@@ -59,8 +61,9 @@ class Claw(Scheme):
 
     @property
     def server_cc(self) -> str:  # type: ignore[override]
-        """The congestion control's name in the kernel, ``<variant>_<run id>`` (names are
-        machine-wide, so each run registers its own): known once :meth:`setup` ran."""
+        """The congestion control's name in the kernel, ``<variant>_<run id>[_<instance>]``
+        (names are machine-wide, so each run and instance registers its own): known once
+        :meth:`setup` ran."""
         if self.cc is None:
             raise RuntimeError(f"scheme {self.name}: its congestion control is named per run "
                                f"({self.cc_variant}_<run id>); set the scheme up first")
@@ -68,21 +71,23 @@ class Claw(Scheme):
 
     def _setup_server(self, ctx: SchemeContext) -> None:
         res = ctx.resources
-        # Named for the run (cb<run id>bp / cb<run id>bq), one per scheme so that claw and
-        # cqic could share a run.
-        role = "bp" if self.name == "claw" else "bq"
+        # Named for the run and instance (cb<run id>bp<instance> / …bq…), one per scheme so
+        # that claw and cqic could share a run, and per instance so that other UEs can too.
+        role = ("bp" if self.name == "claw" else "bq") + ctx.instance
         bpffs = BpffsMount(ctx.run_dir / res.name(role), res.name(role), ledger=res.ledger)
         self.stack.callback(bpffs.close)
         self.bpffs = bpffs
-        cc = CongestionControl(bpffs, self.cc_variant, name=cc_name(self.cc_variant, res.run_id),
+        # The ACK-flag reader before the CC: when another instance of the run already reads
+        # this device, this one shares its flag map, which the CC must then find pinned.
+        ingress = AckFlagsIngress(bpffs, ctx.server_ns, ctx.server_device, ledger=res.ledger)
+        self.stack.callback(ingress.close)
+        cc = CongestionControl(bpffs, self.cc_variant, name=cc_name(self.cc_variant, res.run_id, ctx.instance),
                                ledger=res.ledger)
         self.stack.callback(cc.close)
         self.cc = cc
         # The default is set here, by the CC, so that it is restored before unregistering.
         if ctx.namespace_default:
             cc.set_namespace_default(ctx.server_ns)
-        ingress = AckFlagsIngress(bpffs, ctx.server_ns, ctx.server_device, ledger=res.ledger)
-        self.stack.callback(ingress.close)
         self.key_path = ensure_key(ctx.run_dir / "claw-key")
         self.agent = self._start_agent(ctx)
 

@@ -13,7 +13,8 @@ the run's ledger before creating it and push its ``close`` on the stack:
   the first object to load creates them, later ones reuse them, and each removes only the
   pins it created.
 - :class:`AckFlagsIngress` — ``claw/bpf/ack_flags_ingress.bpf.c`` loaded, pinned and attached
-  with a :class:`~clawbed.claw.bpfobjects.TcProgram` on the server's device towards the UEs.
+  with a :class:`~clawbed.claw.bpfobjects.TcProgram` on the server's device towards the UEs;
+  once per device in a process, later instances on that device sharing it and its flag map.
 
 The bpffs (:class:`~clawbed.claw.bpfobjects.BpffsMount`), the tc attachment and the object
 files' build are :mod:`clawbed.claw.bpfobjects`', shared with the UE's ACK marker; they are
@@ -29,6 +30,7 @@ import re
 import struct
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -56,15 +58,17 @@ FALLBACK_CC = "reno"
 #: tc filter priority of CLAW's programs (any fixed value: we delete by it).
 TC_PREF = 0xC1A
 
-def cc_name(variant: str, run_id: str) -> str:
-    """The name run ``run_id`` registers CLAW's ``variant`` under: ``<variant>_<run id>``.
+def cc_name(variant: str, run_id: str, instance: str = "") -> str:
+    """The name run ``run_id`` registers CLAW's ``variant`` under: ``<variant>_<run id>``, or
+    ``<variant>_<run id>_<instance>`` for a further instance of the run (another UE's CLAW).
 
     The kernel's congestion-control names are one namespace for the whole machine; a name of
     the run's own lets two runs (two replays, a replay and the kernel tests) each register
-    claw at the same time instead of waiting for each other."""
+    claw at the same time instead of waiting for each other, and an instance suffix lets one
+    run register it once per UE."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown CLAW variant {variant!r}; one of {', '.join(VARIANTS)}")
-    return check_cc_name(f"{variant}_{run_id}")
+    return check_cc_name(f"{variant}_{run_id}_{instance}" if instance else f"{variant}_{run_id}")
 
 
 def check_cc_name(name: str) -> str:
@@ -265,17 +269,43 @@ def struct_ops_map_exists(map_id: int, name: str) -> bool:
         os.close(fd)
 
 
+@dataclass
+class _Attached:
+    """One device's ACK-flag reader and the flag map it fills, shared by ``users`` instances."""
+
+    tc: TcProgram
+    flags: BpfMap
+    users: int
+
+
+#: The ACK-flag readers attached by this process, by (namespace, device). A device gets one:
+#: the program clears the flag bits it has read and ends the filter chain (TC_ACT_OK), so a
+#: second reader behind it would see no flags. Every further CLAW instance whose server
+#: receives on that device (another UE's CLAW beside the replay's) shares the reader and its
+#: flag map (the map is keyed by flow, so each CC finds its own flows' flags).
+_ATTACHED: dict[tuple[str, str], _Attached] = {}
+
+
 class AckFlagsIngress:
-    """The server's ACK-flag reader on ``device`` in ``ns``: loaded, pinned, attached."""
+    """The server's ACK-flag reader on ``device`` in ``ns``: loaded, pinned, attached — or,
+    when this process already has one there, that one's flag map pinned into ``bpffs`` as
+    ``claw_ack_flags`` (then make this before the congestion control, which reuses the pin).
+    The last of a device's instances to close detaches the reader."""
 
     def __init__(self, bpffs: BpffsMount, ns: Namespace, device: str, *, ledger: Ledger | None = None,
                  obj_dir: Path | None = None) -> None:
+        self._key = (ns.name, device)
+        self._pins = _SharedPins(bpffs, ledger)
+        self.prog_pin: Path | None = None
+        self._closed = True
+        shared = _ATTACHED.get(self._key)
+        if shared is not None:
+            self._share(shared, bpffs, ledger)
+            return
         kind = "eth" if device_l2_len(ns.name, device) else "l3"
         prog = f"claw_ack_flags_{kind}"
         other = "claw_ack_flags_l3" if kind == "eth" else "claw_ack_flags_eth"
         self.prog_pin = bpffs / f"ack_flags_{ns.name}_{device}"
-        self._pins = _SharedPins(bpffs, ledger)
-        self._closed = True
         with BpfObject(object_path("ack_flags_ingress.bpf.o", obj_dir)) as obj:
             self._pins.attach(obj, [ACK_FLAGS_MAP])
             obj.set_autoload(other, False)
@@ -291,19 +321,48 @@ class AckFlagsIngress:
                 raise
         self._closed = False
         try:
-            self.tc = TcProgram(ns.name, device, self.prog_pin, direction="ingress", pref=TC_PREF, ledger=ledger)
+            flags = open_map(bpffs.path, ACK_FLAGS_MAP)
+            try:
+                tc = TcProgram(ns.name, device, self.prog_pin, direction="ingress", pref=TC_PREF, ledger=ledger)
+            except BaseException:
+                flags.close()
+                raise
         except BaseException:
             self.close()
             raise
+        _ATTACHED[self._key] = _Attached(tc, flags, users=1)
+
+    def _share(self, shared: _Attached, bpffs: BpffsMount, ledger: Ledger | None) -> None:
+        pin = bpffs / ACK_FLAGS_MAP
+        if pin.exists():
+            raise ResourceError(f"{pin}: a flag map is pinned already; to share the ACK-flag reader of "
+                                f"{self._key[1]} in {self._key[0]}, make the AckFlagsIngress before the "
+                                f"congestion control")
+        record(ledger, "bpf-pin", str(pin))
+        bpfmap.obj_pin(shared.flags.fd, pin)
+        self._pins.created = [pin]
+        shared.users += 1
+        self._closed = False
+
+    @property
+    def tc(self) -> TcProgram | None:
+        """The tc filter this instance reads through (shared), while attached."""
+        shared = _ATTACHED.get(self._key)
+        return shared.tc if shared is not None else None
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        tc = getattr(self, "tc", None)
-        if tc is not None:
-            tc.close()
-        unlink_pin(self.prog_pin)
+        shared = _ATTACHED.get(self._key)
+        if shared is not None:
+            shared.users -= 1
+            if shared.users == 0:
+                del _ATTACHED[self._key]
+                shared.flags.close()
+                shared.tc.close()
+        if self.prog_pin is not None:
+            unlink_pin(self.prog_pin)  # the filter holds the program while others still read
         self._pins.remove()
 
 
