@@ -35,13 +35,6 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define TCP_OFF_CHECK 16
 #define TCP_FLAG_ACK 0x10
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, CLAW_FLOWS_MAX);
-	__type(key, struct claw_flow_key);
-	__type(value, struct claw_ack_flags);
-} claw_ack_flags SEC(".maps");
-
 static __always_inline int handle(struct __sk_buff *skb, __u32 l2_len)
 {
 	struct iphdr ip;

@@ -116,13 +116,6 @@ struct {
 	__type(value, struct claw_flow_stats);
 } claw_flows SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, CLAW_FLOWS_MAX);
-	__type(key, struct claw_flow_key);
-	__type(value, struct claw_ack_flags);
-} claw_ack_flags SEC(".maps");
-
 /* Our state, after Cubic's in the socket's CA private area. */
 struct claw_own {
 	__u64 cap_until_ns;        /* W_claw is capped at cap_pkts until then (one RTT after a loss) */

@@ -125,4 +125,16 @@ struct claw_ack_flags {
 	__u64 overflow_acks;    /* of which carried 0x04 */
 };
 
+/*
+ * The one map both programs declare: the ingress program writes it, the CC reads it, and
+ * the loader pins one copy that the second object reuses (both must declare it alike, so it
+ * is declared here once; bpf_helpers.h must come first).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CLAW_FLOWS_MAX);
+	__type(key, struct claw_flow_key);
+	__type(value, struct claw_ack_flags);
+} claw_ack_flags SEC(".maps");
+
 #endif /* CLAW_MAPS_H */
