@@ -190,7 +190,7 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
                    f"'{DEFAULT_SWEEP}')")
 @click.option("--update-baseline", is_flag=True, help="write the results as the new baseline instead of comparing")
 @click.option("--threshold", type=float, default=rg.DEFAULT_THRESHOLD, show_default=True,
-              help="regression when the 95% CI of the median ratio lies above this")
+              help="regression when the 95% CI of the PLT ratio (current/baseline) lies above this")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML here")
 @_executor_option
 @_ray_address_option
@@ -205,6 +205,10 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
     """Run SPEC (or read it from the store) and compare every (scenario, scheme) PLT
     distribution with BASELINE; exit status 1 on a significant regression."""
     spec = load_spec(spec_path)
+    fewest = min(s.repetitions for s in spec.scenarios())
+    if fewest < rg.MIN_LOADS:
+        raise InputError(f"{spec_path}: repetitions: {fewest} — a regression check needs at least {rg.MIN_LOADS} loads "
+                         f"per scenario and scheme (fewer can never show a change at {rg.CONFIDENCE:.0%})")
     sweep = sweep or (DEFAULT_SWEEP if from_store else f"regress-{time.strftime('%Y%m%dT%H%M%S')}")
     with Store(store_path, influx_url) as store:
         if not from_store:
@@ -222,16 +226,18 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
     _, baseline = rg.read_baseline(baseline_path)
     comparisons = rg.compare(current, baseline, threshold=threshold)
     table = Table(title=f"PLT regression check — {spec.name} vs {baseline_path.name} "
-                        f"(bootstrap 95% CI of the median ratio; regression when low > {threshold:g})")
+                        f"(ratio: median over load pairs, exact 95% CI; regression when low > {threshold:g})")
     for col in ("scenario", "scheme", "verdict", "current ms", "baseline ms", "ratio", "95% CI", "n", "note"):
         table.add_column(col)
-    colour = {"ok": "green", "improved": "cyan", "regression": "red", "missing": "red", "new-failures": "red"}
+    colour = {"ok": "green", "improved": "cyan", "regression": "red", "missing": "red", "new-failures": "red",
+              "too-few-loads": "red"}
     for c in comparisons:
         table.add_row(c.label, c.scheme, f"[{colour[c.verdict]}]{c.verdict}[/]",
                       f"{c.current_median_ms:,.0f}" if c.current_median_ms is not None else "–",
                       f"{c.baseline_median_ms:,.0f}" if c.baseline_median_ms is not None else "–",
                       f"{c.ratio:.3f}" if c.ratio is not None else "–",
-                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low is not None else "–",
+                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low is not None and c.ci_high is not None
+                      else "–",
                       f"{c.n_current}/{c.n_baseline}", c.note)
     _console().print(table)
     if junit_path is not None:

@@ -1,5 +1,6 @@
 """End to end with real replays (root): a two-scenario suite, the regression check against a
-baseline (a 3× core RTT is caught, an unchanged run is not), and a sweep killed with SIGKILL
+baseline (a 3× core RTT is caught, an unchanged run is not, a spec with too few repetitions is
+refused before anything runs), and a sweep killed with SIGKILL
 that resumes without duplicates or loss."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clawbed.orchestrator import regress
+
 pytestmark = pytest.mark.root
 
 CLI = [sys.executable, "-m", "clawbed.orchestrator.cli"]
@@ -26,10 +29,10 @@ def _needs_root() -> None:
         pytest.skip("needs root (network namespaces, BPF)")
 
 
-def _spec(tmp_path: Path, name: str, core_rtt_ms: float, suite: str = "live") -> Path:
+def _spec(tmp_path: Path, name: str, core_rtt_ms: float, suite: str = "live", repetitions: int = 2) -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump({
-        "suite": suite, "loader": "h2", "repetitions": 2, "load_timeout_s": 30,
+        "suite": suite, "loader": "h2", "repetitions": repetitions, "load_timeout_s": 30,
         "matrix": {"traces": ["busy-cell", "idle-cell"], "pages": ["set-01"], "schemes": ["claw", "cubic"],
                    "conditions": [{"name": "base", "core_rtt_ms": core_rtt_ms}]}}))
     return path
@@ -48,12 +51,14 @@ def _loads(tmp_path: Path) -> list[tuple]:
 
 def test_regression_caught_and_unchanged_passes(tmp_path: Path) -> None:
     _needs_root()
-    base_spec, slow_spec = _spec(tmp_path, "fast.yaml", 50), _spec(tmp_path, "slow.yaml", 150)
+    reps = regress.MIN_LOADS  # the fewest for which the check can conclude anything
+    base_spec = _spec(tmp_path, "fast.yaml", 50, repetitions=reps)
+    slow_spec = _spec(tmp_path, "slow.yaml", 150, repetitions=reps)
     baseline = tmp_path / "baseline.json"
     made = _run(["regress", str(base_spec), "--baseline", str(baseline), "--update-baseline", "--sweep", "base"],
                 tmp_path)
     assert made.returncode == 0, made.stderr
-    assert len([r for r in _loads(tmp_path) if r[4]]) == 8  # 2 scenarios × 2 schemes × 2 reps, all ok
+    assert len([r for r in _loads(tmp_path) if r[4]]) == 2 * 2 * reps  # 2 scenarios × 2 schemes, all ok
 
     same = _run(["regress", str(base_spec), "--baseline", str(baseline), "--sweep", "same",
                  "--junit", str(tmp_path / "same.xml")], tmp_path)
@@ -67,6 +72,11 @@ def test_regression_caught_and_unchanged_passes(tmp_path: Path) -> None:
     verdicts = [f.get("type") for f in root.iter("failure")]
     assert verdicts and set(verdicts) == {"regression"}, slow.stdout
     assert "regression" in slow.stdout and "settings changed" in slow.stdout
+
+    too_few = _run(["regress", str(_spec(tmp_path, "few.yaml", 50, repetitions=reps - 1)), "--baseline",
+                    str(baseline)], tmp_path)
+    assert too_few.returncode != 0 and f"few.yaml: repetitions: {reps - 1}" in too_few.stderr
+    assert len(_loads(tmp_path)) == 3 * 2 * 2 * reps  # nothing more was run
 
 
 def test_killed_sweep_resumes_without_duplicates_or_loss(tmp_path: Path, clawbed_cli: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Callable
 import pytest
 import yaml
 
+from clawbed.orchestrator.regress import MIN_LOADS
 from clawbed.orchestrator.spec import LoadedSpec, SpecError, load_spec, parse_spec
 
 GOOD = {
@@ -114,7 +115,8 @@ PAPER_FIGURES = ("Fig 12", "Fig 14", "Fig 16", "Fig 17", "Fig 18a", "Fig 18b", "
 
 def test_shipped_suites_are_valid() -> None:
     ci = load_spec(SUITES / "ci.yaml")
-    assert len(ci.scenarios()) == 2 and ci.spec.loader == "h2" and ci.spec.repetitions == 3
+    assert len(ci.scenarios()) == 2 and ci.spec.loader == "h2"
+    assert ci.spec.repetitions >= MIN_LOADS  # else the CI check could never conclude
 
 
 @pytest.mark.parametrize("name", ["paper.yaml", "paper-quick.yaml"])
