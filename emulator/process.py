@@ -2,8 +2,9 @@
 
 The binary prints one ``ready {json}`` line on stdout once its TUN devices, diag listeners
 and output files exist, and ``counters {json}`` when it stops (SIGINT/SIGTERM, or the end of
-``duration_s``); SIGUSR1 pauses its clock and SIGUSR2 resumes it; exit code 2 means a bad
-config or trace (nothing was created). Its stderr goes to ``<output_dir>/emulator.log``.
+``duration_s``); SIGUSR1 pauses its clock and SIGUSR2 resumes it; SIGHUP plays the traces
+from the trace time written in ``<output_dir>/seek`` on (:meth:`Emulator.seek`); exit code 2
+means a bad config or trace (nothing was created). Its stderr goes to ``<output_dir>/emulator.log``.
 
 The process is an :class:`~clawbed.netns.OwnedProcess` of the run's ``Resources`` stack, so
 closing the stack stops it (by PID) even when :meth:`Emulator.stop` was never reached.
@@ -23,6 +24,7 @@ from types import TracebackType
 from typing import Any, Sequence
 
 from clawbed.errors import ClawbedError
+from clawbed.files import atomic_write
 from clawbed.netns import OwnedProcess, Resources, new_run_id
 from clawbed.paths import REPO_ROOT
 
@@ -37,6 +39,15 @@ BINARY = Path(os.environ.get("CLAWBED_EMU") or REPO_ROOT / "target" / "release" 
 STDERR_TAIL_LINES = 12
 #: Exit code of the binary for a bad config or trace.
 EXIT_BAD_INPUT = 2
+#: The file SIGHUP reads a trace time from, in the output directory (``SEEK_FILE`` in
+#: ``dataplane/src/engine.rs``); the emulator removes it once applied, or renames it
+#: ``seek.rejected``.
+SEEK_FILE = "seek"
+#: Longest a seek may take to apply, s (the cell thread looks at its signals every subframe,
+#: or every 10 ms while idle).
+SEEK_TIMEOUT_S = 2.0
+#: How often :meth:`Emulator.seek` looks whether the seek was applied, s.
+SEEK_POLL_S = 0.001
 
 
 class EmulatorError(ClawbedError):
@@ -151,6 +162,29 @@ class Emulator:
     def resume(self) -> None:
         """Continue from where :meth:`pause` stopped (SIGUSR2)."""
         self._signal(signal.SIGUSR2)
+
+    def seek(self, trace_ms: int, timeout_s: float = SEEK_TIMEOUT_S) -> None:
+        """Play the traces from trace time ``trace_ms`` on (each UE's from its own offset, looping
+        as configured), from the emulator's next subframe: the channel and the other users
+        jump there, queues and timers run on. Returns once the emulator has applied it."""
+        if trace_ms < 0:
+            raise ValueError(f"trace time {trace_ms} ms: must be >= 0")
+        path = self.output_dir / SEEK_FILE
+        rejected = path.with_name(SEEK_FILE + ".rejected")
+        rejected.unlink(missing_ok=True)
+        with atomic_write(path, "w") as f:
+            f.write(f"{trace_ms}\n")
+        self._signal(signal.SIGHUP)
+        deadline = time.monotonic() + timeout_s
+        while path.exists():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise EmulatorError(f"clawbed-emu did not apply the seek to trace time {trace_ms} ms within "
+                                    f"{timeout_s:g} s ({path} is still there).{self._stderr_tail()}")
+            time.sleep(SEEK_POLL_S)
+        if rejected.exists():
+            raise EmulatorError(f"clawbed-emu refused the seek to trace time {trace_ms} ms ({rejected})."
+                                f"{self._stderr_tail()}")
 
     def interrupt(self) -> None:
         """Send SIGINT, as a Ctrl-C would; :meth:`stop` then waits for the clean exit."""

@@ -65,7 +65,9 @@ ReplayFn = Callable[[ReplayJob, Callable[[LoadRecord], None]], None]
 @dataclass
 class PlannedConfig(ReplayConfig):
     """A replay config whose plan is an explicit list of (repetition, scheme) loads: the
-    missing ones of a scenario. The replay records ``round`` = the repetition."""
+    missing ones of a scenario. The replay records ``round`` = the repetition; ``runs`` is
+    the scenario's repetitions, so a resumed repetition starts at the trace time it would have
+    started at in one go (:meth:`ReplayConfig.round_trace_ms`)."""
 
     loads: list[tuple[int, str]] = field(default_factory=list)
 
@@ -78,7 +80,7 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
     sc, cond = job.scenario, job.scenario.condition
     schemes = list(dict.fromkeys(s for _, s in job.plan))
     config = PlannedConfig(
-        trace=materialize_trace(sc), page=sc.page, schemes=schemes, runs=max(r for r, _ in job.plan) + 1,
+        trace=materialize_trace(sc), page=sc.page, schemes=schemes, runs=sc.repetitions,
         http_version=cond.http, loader=sc.loader, core_rtt_ms=cond.core_rtt_ms, bs_buffer_bytes=cond.bs_buffer_bytes,
         wireline_rate=cond.wireline_rate, scheduler=cond.scheduler.value, seed=sc.seed, name=job.run_dir.name,
         load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan),

@@ -62,10 +62,13 @@ def parse_size_bytes(text: str) -> int:
 @click.option("--other-ues", "other_ues", metavar="N[:scheme]",
               help="N more UEs in the cell, each with a bulk download using a kernel scheme "
                    "(cubic, reno, bbr; default cubic)")
+@click.option("--align-trace/--no-align-trace", default=True, show_default=True,
+              help="start every load of a round at the same point of the trace (rounds spread over it), so "
+                   "the schemes meet the same channel; off: each load meets the trace where the run has got to")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None, scheduler: str,
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
-           cross_traffic: tuple[str, ...], other_ues: str | None) -> None:
+           cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -78,7 +81,7 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         wireline_rate=wireline_rate, scheduler=scheduler, seed=seed, name=name,
         load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),
         cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
-        other_ues=parse_other_ues(other_ues) if other_ues is not None else [])
+        other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)

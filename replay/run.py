@@ -14,7 +14,9 @@ SIGTERM or an error removes exactly what was made, and every finished load stays
    :data:`BACKGROUND_WARMUP_S` and described in the manifest;
 4. for each round, for each scheme (A B C A B C …), one load:
    the scheme's server side (sysctls, its CC as the namespace default; for claw/cqic the BPF
-   CC, the ACK-flag reader and the agent) and its client (claw/cqic) → the sampler → the
+   CC, the ACK-flag reader and the agent) and its client (claw/cqic) → the sampler → with
+   ``align_trace``, the emulator's traces moved to the round's start (:meth:`ReplayConfig.round_trace_ms`:
+   every load of a round meets the same channel and the same other users) → the
    loader in the UE namespace → sampler stopped, scheme torn down → the emulator's ground
    truth, the UE's diag feed and the client's estimates cut to the load's time span and
    written beside the TCP samples in ``loads/NNN-<scheme>/`` → one line in the results
@@ -105,6 +107,10 @@ class ReplayConfig:
     cross_traffic: list[CrossTrafficSpec] = field(default_factory=list)
     #: Other UEs of the cell (UEs 1, 2, …; the loads run on UE 0), each with its downloads.
     other_ues: list[OtherUeSpec] = field(default_factory=list)
+    #: Start every load of a round at the same trace time (:meth:`round_trace_ms`), so the
+    #: schemes compared meet the same channel; False: each load meets the trace wherever the
+    #: run has got to (the loads of a round then see different stretches of it).
+    align_trace: bool = True
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -154,6 +160,12 @@ class ReplayConfig:
     def plan(self) -> list[tuple[int, str]]:
         """(round, scheme) of every load, schemes interleaved: A B C A B C …"""
         return [(r, s) for r in range(self.runs) for s in self.schemes]
+
+    def round_trace_ms(self, round_: int, trace_duration_ms: int) -> int:
+        """The trace time every load of round ``round_`` starts at, ms: the rounds spread
+        evenly over the trace, so the repetitions sample its conditions and the schemes of
+        one round meet the same ones."""
+        return round_ * (trace_duration_ms // self.runs)
 
 
 def _emulator_fields(config: ReplayConfig) -> dict[str, Any]:
@@ -348,7 +360,8 @@ class Replay:
             ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
                                 server_address=str(server_address), server_device=server_device, ues=[endpoint],
                                 feedback_period_ms=cfg.feedback_period_ms, client_args=client_args)
-            record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities)
+            trace_ms = cfg.round_trace_ms(round_, self.trace.duration_ms) if cfg.align_trace else None
+            record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities, trace_ms, emu.seek)
             self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s)
             self.run_dir.append_result(record)
             self.records.append(record)
@@ -387,9 +400,12 @@ class Replay:
     # -- one load ------------------------------------------------------------------------------
 
     def _one_load(self, index: int, round_: int, scheme_name: str, ctx: SchemeContext, url: str,
-                  ue: Any, sampler: TcpSampler, activities: list[Background]) -> dict[str, Any]:
+                  ue: Any, sampler: TcpSampler, activities: list[Background],
+                  trace_ms: int | None, seek: Callable[[int], None]) -> dict[str, Any]:
         """Set the scheme up, load the page once while sampling, tear the scheme down; the
-        load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator)."""
+        load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator).
+        With a ``trace_ms``, ``seek`` moves the emulator's traces there just before the loader
+        starts (None: the trace runs on)."""
         cfg = self.config
         load_dir = ctx.run_dir
         record: dict[str, Any] = {
@@ -398,7 +414,7 @@ class Replay:
             "bytes_total": None, "page_bytes": self.page.total_bytes, "protocol": None, "n_objects": None,
             "t_start_unix_s": None, "t_end_unix_s": None, "flows": 0, "retransmits": None,
             "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": [],
-            "background_bytes": {}}
+            "background_bytes": {}, "trace_ms": None}
         scheme = get_scheme(scheme_name)()
         try:
             # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
@@ -412,6 +428,9 @@ class Replay:
             sampler.reset(claw_bpffs=bpffs)
             sampler.start()
             background_before = {a.name: a.bytes_delivered() for a in activities}
+            if trace_ms is not None:
+                seek(trace_ms)
+                record["trace_ms"] = trace_ms
             record["t_start_unix_s"] = time.time()
             result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
                                       http1=cfg.http_version == "1.1", log_dir=load_dir)

@@ -52,8 +52,8 @@ LOADS_DIR = "loads"
 EMULATOR_DIR = "emulator"
 LEDGER = "ledger.jsonl"
 #: Flat columns of ``results.csv`` (``results.jsonl`` has these and the objects).
-RESULT_COLUMNS = ("load", "round", "scheme", "ok", "error", "plt_ms", "bytes_total", "page_bytes", "protocol",
-                  "n_objects", "t_start_unix_s", "t_end_unix_s", "t_first_flow_unix_s", "flows", "retransmits",
+RESULT_COLUMNS = ("load", "round", "trace_ms", "scheme", "ok", "error", "plt_ms", "bytes_total", "page_bytes",
+                  "protocol", "n_objects", "t_start_unix_s", "t_end_unix_s", "t_first_flow_unix_s", "flows", "retransmits",
                   "load_dir")
 #: Names a run may be given (``--name``): no path separators, nothing hidden.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

@@ -9,6 +9,7 @@ computed here independently of the emulator.
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import sys
 import time
@@ -288,3 +289,38 @@ def test_a_45_ue_cell_runs(tmp_path: Path) -> None:
     assert all(ue["uplink"]["delivered"]["packets"] >= 5 for ue in counters["engine"]["ues"])
     log = read_packets(out / "packets.cbcol")
     assert set(log.select(direction=Direction.UPLINK)["ue"].tolist()) == set(range(n))
+
+
+def test_seek_replays_a_stretch_of_the_trace(tmp_path: Path) -> None:
+    """``Emulator.seek`` (SIGHUP): from the next subframe on, the other users' demand is the
+    trace's from the given trace time, while run time runs on; a bad seek file is refused
+    with the emulator's reason and changes nothing."""
+    # The MCS and the other users' demand encode the trace row (mod 1400).
+    rows = np.arange(5000)
+    trace = constant_trace(tmp_path / "rows.cbt", mcs=1 + (rows // 50) % 28, other_rbs=rows % 50, seconds=5)
+    with EmulatedCell(1, tmp_path / "run", ue={"trace": trace}) as cell:
+        time.sleep(0.3)
+        cell.emulator.seek(1234)
+        time.sleep(0.3)
+        cell.emulator.seek(0)
+        time.sleep(0.3)
+        (cell.output_dir / "seek").write_text("soon\n")  # what seek() would never write
+        cell.emulator._signal(signal.SIGHUP)
+        deadline = time.monotonic() + 2
+        while not (cell.output_dir / "seek.rejected").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (cell.output_dir / "seek.rejected").exists()
+        time.sleep(0.1)
+        counters = cell.stop()
+    assert counters["engine"]["seeks"] == 2 and counters["engine"]["seeks_rejected"] == 1
+    truth = read_truth(tmp_path / "run" / "truth.cbcol")
+    t_ms = truth["t_ms"]
+    # Each subframe's MCS and demand say which trace row it played; a seek shows as a jump
+    # in rows while t_ms advances by one.
+    played = (truth.ue(0, "mcs").astype(int) - 1) * 50 + truth["other_demand_rbs"].astype(int)
+    jumps = np.nonzero(np.diff(played) % 1400 != 1)[0] + 1
+    assert len(jumps) == 2, f"rows jumped at t_ms {t_ms[jumps].tolist()}"
+    first, second = jumps
+    assert played[first] == 1234 and played[second] == 0
+    assert (np.diff(t_ms) == 1).all()
+    assert "is not a trace time" in (tmp_path / "run" / "emulator.log").read_text()

@@ -146,3 +146,27 @@ def test_bad_arguments_are_refused_before_anything_is_made(clawbed_cli: Path, tm
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not any(tmp_path.iterdir()), "nothing is created for a refused run"
+
+
+def test_loads_of_a_round_meet_the_same_stretch_of_the_trace(clawbed_cli: Path, tmp_path: Path) -> None:
+    """With the default ``--align-trace``, each load starts where its round does (the rounds
+    spread over the trace): the first subframes of a round's loads played the same trace
+    rows, and the next round's others. The trace's MCS and other users' demand encode its row."""
+    _needs_root()
+    import numpy as np
+
+    from clawbed.emulator.scenarios import constant_trace
+
+    rows = np.arange(20_000)
+    trace = constant_trace(tmp_path / "rows.cbt", mcs=10 + (rows // 40) % 19, other_rbs=rows % 40, seconds=20)
+    proc = subprocess.run([str(clawbed_cli), "replay", "--trace", str(trace), "--page", PAGE, "--runs-dir",
+                           str(tmp_path), "--name", "aligned", "--schemes", "claw,cubic", "--runs", "2",
+                           "--loader", "h2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    records = read_results(tmp_path / "aligned")
+    assert [(r["round"], r["trace_ms"]) for r in records] == [(0, 0), (0, 0), (1, 10_000), (1, 10_000)]
+    for r in records:
+        truth = read_csv(tmp_path / "aligned" / r["load_dir"] / "truth.csv")
+        first_row = (int(truth["mcs"][0]) - 10) * 40 + int(truth["other_demand_rbs"][0])
+        # The loader starts right after the seek took effect: within a few subframes of it.
+        assert 0 <= first_row - r["trace_ms"] % 760 <= 50, (r, first_row)

@@ -138,6 +138,8 @@ pub struct Cell<H> {
     demand: Vec<u8>,
     grants: Vec<u8>,
     last_t_ms: Option<u64>,
+    /// Trace time minus run time, ms: 0 until [`Cell::seek_trace`] moves the traces.
+    trace_shift_ms: i64,
 }
 
 /// Checks that `source` (named `field`) agrees with the cell's N_rb and antenna ports.
@@ -247,6 +249,7 @@ impl<H> Cell<H> {
             demand: vec![0; n],
             grants: vec![0; n],
             last_t_ms: None,
+            trace_shift_ms: 0,
         })
     }
 
@@ -315,7 +318,29 @@ impl<H> Cell<H> {
     /// The first `t_ms` from which no UE has conditions any more (every UE's trace ended);
     /// `None` while some UE's conditions never end (looping).
     pub fn end_ms(&self) -> Option<u64> {
-        self.ues.iter().map(|u| u.conditions.end_ms()).try_fold(0, |end, ue_end| ue_end.map(|e| e.max(end)))
+        let trace_end_ms =
+            self.ues.iter().map(|u| u.conditions.end_ms()).try_fold(0, |end, ue_end| ue_end.map(|e| e.max(end)))?;
+        Some(trace_end_ms.saturating_add_signed(-self.trace_shift_ms))
+    }
+
+    /// The trace time, ms, that run time `t_ms` plays: every UE's conditions (from its own
+    /// offset) and the background are looked up there. `t_ms` itself until
+    /// [`Cell::seek_trace`].
+    pub fn trace_ms(&self, t_ms: u64) -> u64 {
+        t_ms.saturating_add_signed(self.trace_shift_ms)
+    }
+
+    /// Trace time minus run time, ms (see [`Cell::trace_ms`]).
+    pub fn trace_shift_ms(&self) -> i64 {
+        self.trace_shift_ms
+    }
+
+    /// From subframe `next_t_ms` on, plays the traces from trace time `trace_ms`: the
+    /// channel and the other users jump there; queues, HARQ, RLC and RRC timers run on in
+    /// run time. Lets a caller give several page loads the same stretch of the trace.
+    pub fn seek_trace(&mut self, next_t_ms: u64, trace_ms: u64) {
+        // Both are ms counts below 2^63 in any run (2^63 ms is 292 million years).
+        self.trace_shift_ms = trace_ms as i64 - next_t_ms as i64;
     }
 
     /// A downlink packet of `len_bytes` for UE `ue` arrived at the base station (after the
@@ -355,8 +380,9 @@ impl<H> Cell<H> {
 
         // Conditions, due retransmissions, RRC and demands.
         let mut reserved_rbs = 0u8;
+        let trace_t_ms = self.trace_ms(t_ms);
         for (i, u) in self.ues.iter_mut().enumerate() {
-            let now = u.conditions.at(t_ms);
+            let now = u.conditions.at(trace_t_ms);
             let due = u.harq.take_due(t_ms);
             let active =
                 u.rlc.holds_packets() || due.is_some() || u.harq.busy() || std::mem::take(&mut u.uplink_active);
@@ -373,7 +399,7 @@ impl<H> Cell<H> {
             self.rrc_now[i] = rrc;
         }
         let background = match &self.background {
-            Some(source) => source.at(t_ms),
+            Some(source) => source.at(trace_t_ms),
             None => self.now[0],
         };
         let other_demand_rbs = background.map_or(0, |c| c.other_rbs.min(n_rb));

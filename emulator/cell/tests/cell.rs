@@ -515,3 +515,30 @@ fn diag_json_uses_mobileinsight_names() {
     let truth = serde_json::to_value(&out.truth).unwrap();
     assert_eq!(truth["ues"][0]["rrc"], "connected");
 }
+
+#[test]
+fn seek_trace_replays_a_stretch_of_the_trace_while_time_runs_on() {
+    // Other users' demand = the row number (mod 50): what the truth shows is the row played.
+    let mut columns = constant_columns(100, 20, 0);
+    columns.other_rbs = (0..100).map(|row| (row % 50) as u8).collect();
+    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), conditions(columns.clone()));
+    let mut rows = Vec::new();
+    let mut saturator = Saturator::new(1, 1500, 100_000);
+    run(&mut cell, &mut saturator, 0, 30, |out| rows.push(out.truth.other_demand_rbs));
+    cell.seek_trace(30, 10);
+    assert_eq!((cell.trace_ms(30), cell.trace_ms(35), cell.trace_shift_ms()), (10, 15, -20));
+    run(&mut cell, &mut saturator, 30, 40, |out| rows.push(out.truth.other_demand_rbs));
+    // Forward too, and across the trace's end (it loops).
+    cell.seek_trace(40, 95);
+    run(&mut cell, &mut saturator, 40, 50, |out| rows.push(out.truth.other_demand_rbs));
+    let expected: Vec<u8> =
+        (0..30).chain(10..20).chain((95..105).map(|row| row % 100)).map(|row| (row % 50) as u8).collect();
+    assert_eq!(rows, expected);
+
+    // A trace that does not loop ends by trace time: a seek moves the run's end.
+    let once = conditions(columns).without_loop();
+    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), once);
+    assert_eq!(cell.end_ms(), Some(100));
+    cell.seek_trace(30, 90);
+    assert_eq!(cell.end_ms(), Some(40));
+}

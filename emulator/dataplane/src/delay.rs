@@ -97,14 +97,16 @@ pub enum CoreDelay {
 }
 
 impl CoreDelay {
-    /// The delay in force at emulated time `t_ns`, ns.
-    pub fn at(&self, t_ns: Nanos) -> Nanos {
+    /// The delay in force at emulated time `t_ns`, ns; a trace's column is read at trace
+    /// time, `trace_shift_ms` from emulated time (0 unless the traces were moved, see
+    /// `Cell::seek_trace`), a scripted step function at emulated time.
+    pub fn at(&self, t_ns: Nanos, trace_shift_ms: i64) -> Nanos {
         let t_ms = u64::try_from(t_ns.max(0) / NANOS_PER_MS).unwrap_or(0);
         match self {
             CoreDelay::Constant(d) => *d,
             CoreDelay::PerSubframe { delay_ms, offset_ms, looping } => {
                 let n = delay_ms.len() as u64;
-                let row = t_ms.saturating_add(*offset_ms);
+                let row = t_ms.saturating_add_signed(trace_shift_ms).saturating_add(*offset_ms);
                 let i = if *looping { row % n } else { row.min(n - 1) };
                 ms_to_ns(f64::from(delay_ms[i as usize]))
             }
@@ -184,10 +186,13 @@ mod tests {
         let looping = CoreDelay::PerSubframe { delay_ms: series.clone(), offset_ms: 0, looping: true };
         let holding = CoreDelay::PerSubframe { delay_ms: series.clone(), offset_ms: 0, looping: false };
         let shifted = CoreDelay::PerSubframe { delay_ms: series, offset_ms: 2, looping: true };
-        assert_eq!(looping.at(4 * NANOS_PER_MS + 10), 2 * NANOS_PER_MS);
-        assert_eq!(shifted.at(0), 3 * NANOS_PER_MS);
-        assert_eq!(holding.at(4 * NANOS_PER_MS), 3 * NANOS_PER_MS);
-        assert_eq!(holding.at(-5), NANOS_PER_MS);
+        assert_eq!(looping.at(4 * NANOS_PER_MS + 10, 0), 2 * NANOS_PER_MS);
+        assert_eq!(shifted.at(0, 0), 3 * NANOS_PER_MS);
+        assert_eq!(holding.at(4 * NANOS_PER_MS, 0), 3 * NANOS_PER_MS);
+        assert_eq!(holding.at(-5, 0), NANOS_PER_MS);
+        // Moved traces: the column is read at trace time (emulated 4 ms, trace time 4 − 3 = 1).
+        assert_eq!(looping.at(4 * NANOS_PER_MS, -3), 2 * NANOS_PER_MS);
+        assert_eq!(shifted.at(0, 1), NANOS_PER_MS);
     }
 
     #[test]
@@ -197,8 +202,8 @@ mod tests {
         let path = dir.join("delay.csv");
         std::fs::write(&path, "# a comment\nt_ms,core_delay_ms\n0,20\n1000,35.5\n").expect("write");
         let delay = CoreDelay::read_steps(&path).expect("valid file");
-        assert_eq!(delay.at(999 * NANOS_PER_MS), 20 * NANOS_PER_MS);
-        assert_eq!(delay.at(5000 * NANOS_PER_MS), 35_500_000);
+        assert_eq!(delay.at(999 * NANOS_PER_MS, 0), 20 * NANOS_PER_MS);
+        assert_eq!(delay.at(5000 * NANOS_PER_MS, 0), 35_500_000);
         std::fs::write(&path, "t_ms,core_delay_ms\n0,20\n0,30\n").expect("write");
         let msg = CoreDelay::read_steps(&path).expect_err("repeat").to_string();
         assert!(msg.contains("line 3") && msg.contains("does not increase"), "{msg}");

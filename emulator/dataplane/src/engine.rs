@@ -25,6 +25,7 @@
 //! bounded lock-free queues: this thread never waits for another.
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cell::{Cell, DropCause, Enqueued, RrcState, SubframeOutput, TruthRecord, UeId};
@@ -55,6 +56,19 @@ pub const IDLE_BATCH_NS: Nanos = 10 * NANOS_PER_MS;
 /// gaps between a flow's packets keep the plain 1 ms rhythm, which costs one wake-up per
 /// subframe instead of one per packet plus one per subframe.
 pub const IDLE_HOLD_SUBFRAMES: u64 = 20;
+
+/// The seek file's name in the output directory: SIGHUP reads a trace time, ms, from it.
+pub const SEEK_FILE: &str = "seek";
+
+/// The trace time a seek file asks for, ms; `None` when there is no file.
+fn read_seek_file(path: &Path) -> Result<Option<u64>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading it: {e}")),
+    };
+    text.trim().parse::<u64>().map(Some).map_err(|_| format!("{:?} is not a trace time in ms", text.trim()))
+}
 
 /// A packet inside the emulator, the cell's handle.
 #[derive(Debug)]
@@ -142,6 +156,10 @@ pub struct EngineCounters {
     pub tx_queue_full: u64,
     /// Whether the run ended because a trace that does not loop ran out.
     pub trace_ended: bool,
+    /// Seeks applied (SIGHUP with a valid `seek` file).
+    pub seeks: u64,
+    /// Seek files refused (not a trace time), renamed `seek.rejected`.
+    pub seeks_rejected: u64,
 }
 
 /// One UE's lines on the cell thread.
@@ -198,6 +216,8 @@ pub struct Engine {
     /// Drops decided since the last subframe record.
     drops: Vec<PacketRecord>,
     counters: EngineCounters,
+    /// Where SIGHUP finds the trace time to seek to (see [`Engine::with_seek_file`]).
+    seek_file: Option<PathBuf>,
 }
 
 impl Engine {
@@ -263,7 +283,10 @@ impl Engine {
                 rejected_by_cell: 0,
                 tx_queue_full: 0,
                 trace_ended: false,
+                seeks: 0,
+                seeks_rejected: 0,
             },
+            seek_file: None,
         }
     }
 
@@ -282,6 +305,9 @@ impl Engine {
             // A resume without a pause means nothing; clear it so it cannot end the next
             // pause early.
             signals.take_resume();
+            if signals.take_seek() {
+                self.seek();
+            }
             let boundary = self.next_subframe as Nanos * NANOS_PER_MS;
             let ticket = self.arrival_bell.ticket();
             let idle = if self.idle() {
@@ -318,6 +344,40 @@ impl Engine {
             }
         }
         self.shut_down()
+    }
+
+    /// Lets SIGHUP move the traces: the signal reads a trace time, ms (decimal, one line),
+    /// from `path`, and the traces play from there from the next subframe on
+    /// (`Cell::seek_trace`).
+    pub fn with_seek_file(mut self, path: PathBuf) -> Engine {
+        self.seek_file = Some(path);
+        self
+    }
+
+    /// Applies the seek file, then removes it: its absence tells the sender the seek took
+    /// effect. A file without a trace time is renamed `<file>.rejected` and the traces play
+    /// on where they were; no seek file (a stray SIGHUP) changes nothing.
+    fn seek(&mut self) {
+        let Some(path) = self.seek_file.clone() else { return };
+        match read_seek_file(&path) {
+            Ok(None) => {}
+            Ok(Some(trace_ms)) => {
+                self.cell.seek_trace(self.next_subframe, trace_ms);
+                self.counters.seeks += 1;
+                if let Err(e) = std::fs::remove_file(&path) {
+                    eprintln!("clawbed-emu: warning: removing {} after the seek: {e}", path.display());
+                }
+            }
+            Err(why) => {
+                self.counters.seeks_rejected += 1;
+                eprintln!("clawbed-emu: {}: {why}; the traces play on where they were", path.display());
+                let mut rejected = path.clone().into_os_string();
+                rejected.push(".rejected");
+                if let Err(e) = std::fs::rename(&path, &rejected) {
+                    eprintln!("clawbed-emu: warning: renaming {} to {:?}: {e}", path.display(), rejected);
+                }
+            }
+        }
     }
 
     /// Whether nothing is queued anywhere and nobody watches the diag feed live: then the
@@ -385,7 +445,8 @@ impl Engine {
             match a.direction {
                 Direction::Downlink => {
                     self.counters.ues[ue].downlink.received.add(len);
-                    lane.to_bs.push(arrival_ns + lane.links.core_down.at(arrival_ns), item);
+                    let core_ns = lane.links.core_down.at(arrival_ns, self.cell.trace_shift_ms());
+                    lane.to_bs.push(arrival_ns + core_ns, item);
                 }
                 Direction::Uplink => {
                     self.counters.ues[ue].uplink.received.add(len);
@@ -448,15 +509,16 @@ impl Engine {
             self.drops.push(drop_record(start_ns, i, &item, event, Direction::Downlink));
         }
 
+        let (trace_k, trace_shift_ms) = (self.cell.trace_ms(k), self.cell.trace_shift_ms());
         for (i, lane) in self.lanes.iter_mut().enumerate() {
             // While the UE's radio connection is being set up its uplink waits too.
             if self.cell.rrc_state(UeId(i as u16)) != Some(RrcState::Connected) {
                 continue;
             }
-            let due_ns = end_ns + self.timing.air_ns + lane.links.core_up.at(end_ns);
+            let due_ns = end_ns + self.timing.air_ns + lane.links.core_up.at(end_ns, trace_shift_ms);
             let lane_id = Lane::of(i, Direction::Uplink);
             let counters = &mut self.counters;
-            lane.uplink.transmit(k, |item| {
+            lane.uplink.transmit(k, trace_k, |item| {
                 if hand_over(&tx, TxItem { lane: lane_id, due_ns, item }, counters) {
                     earliest = earliest.min(due_ns);
                 }

@@ -3,7 +3,9 @@
 //! Order of work, so that a mistake leaves nothing behind: validate the config and load
 //! every trace (exit code 2 on a problem, nothing created yet), open the namespaces, create
 //! and configure the TUN devices, bind the diag listeners, create the output files, start
-//! the threads, print `ready {...}`. On SIGINT/SIGTERM (or the end of the run): stop,
+//! the threads, print `ready {...}`. SIGUSR1/SIGUSR2 pause and resume the clock; SIGHUP
+//! plays the traces from the trace time in `<output dir>/seek` on (the file is removed once
+//! applied). On SIGINT/SIGTERM (or the end of the run): stop,
 //! flush, print `counters {...}`, write `counters.json`, remove the devices.
 
 use std::io::Write;
@@ -19,7 +21,7 @@ use emulator::clock::{lock_memory, CpuLatencyRequest, ThreadReport, ThreadSetup,
 use emulator::config::{Cli, Config};
 use emulator::diag::{DiagQueue, DiagServer};
 use emulator::doorbell::Doorbell;
-use emulator::engine::{Engine, InFlight, Outputs, Timing};
+use emulator::engine::{Engine, InFlight, Outputs, Timing, SEEK_FILE};
 use emulator::error::{Context, Error, Result};
 use emulator::netns::Namespace;
 use emulator::pool::Pool;
@@ -192,7 +194,8 @@ fn run(cli: &Cli) -> Result<()> {
             duration_ms: config.duration_ms,
         },
         Arc::clone(&time),
-    );
+    )
+    .with_seek_file(config.output_dir.join(SEEK_FILE));
     let ready = json!({
         "pid": std::process::id(),
         "core": {"netns": config.core_netns, "tun": config.core_tun, "address": config.core_address},

@@ -1,4 +1,5 @@
-//! Signals: SIGINT/SIGTERM stop the emulator cleanly, SIGUSR1 pauses it, SIGUSR2 resumes.
+//! Signals: SIGINT/SIGTERM stop the emulator cleanly, SIGUSR1 pauses it, SIGUSR2 resumes,
+//! SIGHUP seeks the traces to the time in the output directory's `seek` file.
 //!
 //! Handlers only set flags (async-signal-safe); the cell thread looks at them every loop.
 //! A repeated SIGINT/SIGTERM changes nothing: `timeout`, a terminal's Ctrl-C or a
@@ -9,7 +10,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use crate::error::{Context, Result};
 
@@ -19,6 +20,7 @@ pub struct Signals {
     stop: Arc<AtomicBool>,
     pause: Arc<AtomicBool>,
     resume: Arc<AtomicBool>,
+    seek: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -33,12 +35,14 @@ impl Signals {
             .context(|| "installing the SIGUSR1 handler".into())?;
         signal_hook::flag::register(SIGUSR2, Arc::clone(&signals.resume))
             .context(|| "installing the SIGUSR2 handler".into())?;
+        signal_hook::flag::register(SIGHUP, Arc::clone(&signals.seek))
+            .context(|| "installing the SIGHUP handler".into())?;
         Ok(signals)
     }
 
     /// Flags no signal sets (for tests, and the base of [`Signals::install`]).
     pub fn unregistered() -> Signals {
-        Signals { stop: Arc::default(), pause: Arc::default(), resume: Arc::default() }
+        Signals { stop: Arc::default(), pause: Arc::default(), resume: Arc::default(), seek: Arc::default() }
     }
 
     /// Whether a stop was asked for.
@@ -59,5 +63,15 @@ impl Signals {
     /// Whether a resume was asked for since the last call.
     pub fn take_resume(&self) -> bool {
         self.resume.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether a seek was asked for since the last call.
+    pub fn take_seek(&self) -> bool {
+        self.seek.swap(false, Ordering::Relaxed)
+    }
+
+    /// Asks for a seek, as SIGHUP does (for tests).
+    pub fn request_seek(&self) {
+        self.seek.store(true, Ordering::Relaxed);
     }
 }
