@@ -94,7 +94,7 @@ def test_results_files_keep_finished_loads_and_skip_a_cut_line(tmp_path: Path) -
         f.write('{"load": 8, "scheme": "cl')  # an interrupted append
     assert [r["load"] for r in read_results(run_dir)] == [r["load"] for r in records]
     csv_lines = (run_dir / "results.csv").read_text().splitlines()
-    assert csv_lines[0].startswith("load,round,scheme,ok,error,plt_ms") and len(csv_lines) == 1 + len(records)
+    assert csv_lines[0].startswith("load,round,trace_ms,scheme,ok,error,plt_ms") and len(csv_lines) == 1 + len(records)
 
 
 def test_run_dir_is_never_reused(tmp_path: Path) -> None:
