@@ -1,7 +1,9 @@
-"""Shared test fixtures: the repository's tools, and a guard that no run leaves ``cb*`` behind."""
+"""Shared test fixtures: the repository's tools, and a guard that no run of the session leaves
+its ``cb*`` namespaces or links behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +16,33 @@ from clawbed.paths import REPO_ROOT
 CLAWBED = Path(sys.executable).parent / "clawbed"
 
 
-def cb_leftovers() -> set[str]:
-    """Every ``cb*`` namespace and root-namespace link on the machine."""
-    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    names = {line.split()[0] for line in ns.splitlines() if line.startswith("cb")}
-    names |= {line.split(": ")[1].split("@")[0] for line in links.splitlines()
-              if ": cb" in line}
-    return names
+def session_leftovers(base: Path) -> set[str]:
+    """The namespaces and root-namespace links that the ledgers of this session's runs (every
+    run keeps one in its directory, under the session's temporary folder) record and that
+    still exist. By ledger, not by name: other runs on the machine (a suite, another
+    session) have ``cb*`` resources of their own, which are not this session's to judge."""
+    namespaces = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    links = {line.split(": ")[1].split("@")[0] for line in
+             subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.splitlines()}
+    left = set()
+    for ledger in base.rglob("ledger*.jsonl"):
+        for line in ledger.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a killed run
+            if entry.get("kind") == "netns" and entry.get("name") in namespaces:
+                left.add(f"namespace {entry['name']} ({ledger})")
+            elif entry.get("kind") == "link" and not entry.get("netns") and entry.get("name") in links:
+                left.add(f"link {entry['name']} ({ledger})")
+    return left
 
 
 @pytest.fixture(scope="session", autouse=True)
-def nothing_left_behind() -> object:
-    """Fail the session if the tests created ``cb*`` resources and did not remove them."""
-    before = cb_leftovers()
+def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """Fail the session if its runs left namespaces or links behind."""
     yield
-    left = cb_leftovers() - before
+    left = session_leftovers(tmp_path_factory.getbasetemp())
     assert not left, f"tests left these behind: {sorted(left)}"
 
 
