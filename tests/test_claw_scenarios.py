@@ -74,7 +74,7 @@ OWN_LINK_BURST_BYTES = 15_000
 #: but every HARQ retransmission succeeds. An RLC retransmission (after a failed HARQ
 #: retransmission) holds in-order delivery for 50–80 ms, and with it the echo a check waits
 #: for: with them the own-link case took 4.1–4.9 RTTs (the delay the echo's, not the
-#: detector's); without, 4.2–4.5 RTTs in 22 runs of 23.
+#: detector's); without, 4.2–4.5 RTTs in 46 runs of 47.
 WIRELINE_CELL = {"harq": {"retx_bler": 0.0}}
 #: Bulk transfer lengths, s.
 CLAW_FLOW_S = 5.0
