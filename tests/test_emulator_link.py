@@ -26,6 +26,8 @@ pytestmark = pytest.mark.root
 SINK_PORT = 9000
 #: Subframes per measurement window: 100 ms.
 WINDOW_MS = 100
+#: Subframes at the end of a run whose deliveries may not have been written when it stopped.
+STOP_MARGIN_MS = 10
 #: Delays that make the queue the only thing between sender and receiver.
 NO_DELAYS = {"core_down_ms": 0, "core_up_ms": 0, "air_ms": 0, "sr_period_ms": 0, "grant_delay_ms": 0}
 
@@ -75,11 +77,14 @@ def test_open_loop_delivers_the_trace_per_100_ms(tmp_path: Path, mode: str) -> N
     assert worst <= 0.01, f"delivered per 100 ms {per_window.min()}..{per_window.max()}, expected {expected} ± 1 %"
 
     # The packet log agrees with the truth window by window: a packet handed over in
-    # subframe k is written to the TUN at the end of k (no air delay here).
+    # subframe k is written to the TUN at the end of k (no air delay here). The queue is
+    # still backlogged when the run stops, so the packets of its last subframes may still be
+    # on their way to the writer (counted as in flight at shutdown, never written): the
+    # windows that reach into the last STOP_MARGIN_MS subframes are left out.
     log = read_packets(out / "packets.cbcol")
     down = log.select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK, ue=0)
     written_ms = down["t_scheduled_us"] // 1000 - 1
-    for s in windows:
+    for s in (s for s in windows if s + WINDOW_MS <= len(delivered) - STOP_MARGIN_MS):
         in_window = (written_ms >= s) & (written_ms < s + WINDOW_MS)
         assert down["bytes"][in_window].sum() == delivered[s:s + WINDOW_MS].sum()
 
