@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import click
 
 from clawbed import __version__
 from clawbed.errors import ClawbedError, InputError
+from clawbed.paths import state_dir
+from clawbed.signals import restore_default_signals
 
 #: Each area's command, as "module:object": imported only when that command runs, so that a
 #: quick `clawbed trace info` does not pay for the browser, Grafana or InfluxDB libraries.
@@ -64,11 +69,27 @@ def cleanup(target: Path) -> None:
     click.echo(f"{ledger}: {len(removed)} leftover(s) removed")
 
 
+def _save_traceback(exc: BaseException) -> Path | None:
+    """Write an unexpected error's traceback under the state folder, for a bug report;
+    None when even that fails (the one-line message still goes out)."""
+    try:
+        folder = state_dir() / "errors"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        path.write_text(f"clawbed {__version__}: {' '.join(sys.argv)}\n"
+                        + "".join(traceback.format_exception(exc)))
+        return path
+    except OSError:
+        return None
+
+
 def main() -> None:
-    """Entry point: user-facing errors become one line on stderr and exit status 2."""
+    """Entry point: every error becomes one line on stderr (exit status 2; 130 when
+    interrupted); an unexpected one's traceback goes to a file that the line names."""
+    restore_default_signals()
     try:
         status = cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
         sys.exit(130)
     except click.ClickException as e:
@@ -76,5 +97,10 @@ def main() -> None:
         sys.exit(e.exit_code)
     except ClawbedError as e:
         click.echo(f"clawbed: error: {e}", err=True)
+        sys.exit(2)
+    except Exception as e:  # noqa: BLE001 - a bug still gets one line, not a traceback
+        saved = _save_traceback(e)
+        where = f"; details in {saved}" if saved else ""
+        click.echo(f"clawbed: internal error: {type(e).__name__}: {e}{where}", err=True)
         sys.exit(2)
     sys.exit(status if isinstance(status, int) else 0)

@@ -1,7 +1,7 @@
 """LTE physical-layer tables and formulas shared by every Python part of clawbed.
 
-The MCS and TBS tables of 3GPP TS 36.213 are loaded from ``<shared>/3gpp/`` (one source of
-truth with the Rust emulator, whose build reads the same files); no value is typed here.
+The MCS and TBS tables of 3GPP TS 36.213 are loaded from ``emulator/lte/tables/`` (one source
+of truth with the Rust emulator, whose build reads the same files); no value is typed here.
 
 Choice: the one-layer table keeps the specification's value 328 bits at (I_TBS 6, N_PRB 1)
 even though it breaks the row's monotonicity; searches for "fewest PRBs carrying N bits"
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from clawbed.errors import ClawbedError
-from clawbed.paths import shared_dir
+from clawbed.paths import REPO_ROOT
 
 #: Highest MCS index of a new transmission (29..31 are reserved for retransmissions).
 MAX_MCS = 28
@@ -35,6 +35,8 @@ SUBFRAME_MS = 1
 #: System frame numbers wrap at 1024 frames of 10 subframes (10240 ms).
 SFN_CYCLE = 1024
 
+#: The folder of the 36.213 CSV files (data of the ``lte`` crate).
+TABLES_DIR = REPO_ROOT / "emulator" / "lte" / "tables"
 MCS_TABLE = "mcs_table_36213_7_1_7_1.csv"
 TBS_TABLE = "tbs_table_36213_7_1_7_2_1.csv"
 TBS_2LAYER_TABLE = "tbs_1to2layer_translation_36213_7_1_7_2_2.csv"
@@ -72,7 +74,7 @@ def _int(path: Path, line: int, text: str) -> int:
 @lru_cache(maxsize=1)
 def tables() -> Tables:
     """Load (once) and return the 36.213 tables."""
-    base = shared_dir() / "3gpp"
+    base = TABLES_DIR
 
     path = base / MCS_TABLE
     rows = _read_csv(path)

@@ -22,13 +22,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Callable, Iterator, Sequence
 
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
 from clawbed.errors import ClawbedError
+from clawbed.signals import interrupt_handler, restore_default_signals
 
 #: Every resource name starts with this prefix (the before-stop hook lists ``cb*`` leftovers).
 PREFIX = "cb"
@@ -271,7 +271,10 @@ class Resources(contextlib.ExitStack):
     def __enter__(self) -> "Resources":
         super().__enter__()
         self._owner_pid = os.getpid()
-        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt_in(self._owner_pid))
+        # A run started with SIGINT or SIGHUP ignored must still start its children with the
+        # default dispositions, so that it can stop them (clawbed/signals.py).
+        restore_default_signals()
+        self._old_sigterm = signal.signal(signal.SIGTERM, interrupt_handler(self._owner_pid))
         self.callback(lambda: signal.signal(signal.SIGTERM, self._old_sigterm))  # type: ignore[arg-type]
         return self
 
@@ -312,18 +315,6 @@ class Resources(contextlib.ExitStack):
         stack by its caller). ``stop_signal``: what ends it (an interactive bash ignores SIGTERM)."""
         self.ledger.record("process", name, pid=pid, argv=list(argv), start_ticks=_start_ticks(pid),
                            signal=stop_signal.name)
-
-
-def _raise_interrupt_in(owner_pid: int) -> Callable[[int, FrameType | None], None]:
-    """A SIGTERM handler that unwinds the owner process like Ctrl-C, and in a forked child
-    (which inherits handlers) simply terminates it as the default action would."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != owner_pid:
-            os._exit(128 + signum)
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    return handler
 
 
 #: Ledger kinds that other modules know how to undo (BPF pins, mounts, qdiscs, ...): each

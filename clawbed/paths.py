@@ -12,7 +12,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def shared_dir() -> Path:
-    """The shared data folder: ``$CLAWBED_SHARED`` or ``<repo>/../shared``."""
+    """The optional folder of third-party recordings (real phone diag logs, Mahimahi's
+    capacity traces): ``$CLAWBED_SHARED`` or ``<repo>/../shared``. Only tests and benchmarks
+    over those recordings use it; nothing the project builds or runs needs it."""
     path = Path(os.environ.get("CLAWBED_SHARED", REPO_ROOT.parent / "shared"))
     if not path.is_dir():
         raise ClawbedError(
@@ -20,6 +22,15 @@ def shared_dir() -> Path:
             "or point CLAWBED_SHARED at it"
         )
     return path
+
+
+def shared_data(subpath: str) -> Path | None:
+    """``<shared>/data/<subpath>`` if that exists, else None (the folder is optional)."""
+    try:
+        path = shared_dir() / "data" / subpath
+    except ClawbedError:
+        return None
+    return path if path.exists() else None
 
 
 def state_dir() -> Path:

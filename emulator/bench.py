@@ -25,14 +25,14 @@ from typing import Any, Callable
 import click
 import numpy as np
 from rich.console import Console
-from rich.table import Table
+from clawbed.tables import TerminalTable
 
 from clawbed.emulator.process import BINARY, EmulatedCell
 from clawbed.emulator.scenarios import constant_mahimahi_trace, constant_trace
 from clawbed.emulator.traffic import UdpSink, send_udp_command
 from clawbed.emulator.truth import Direction, PacketEvent, read_packets
 from clawbed.netns import Endpoint, Resources, new_run_id
-from clawbed.paths import REPO_ROOT, shared_dir
+from clawbed.paths import REPO_ROOT, shared_data
 
 RESULTS = REPO_ROOT / "bench-results" / "emulator.json"
 #: Mahimahi's own figures (mm-link on one core), to compare with.
@@ -367,9 +367,10 @@ def run_all(work: Path, seconds: float, console: Console, only: set[str] | None 
             repeat: int = 1) -> dict[str, Any]:
     """Every step (or those in ``only``), each ``repeat`` times: ``results[key]`` is the first
     run's figures, ``results["runs"][key]`` every run's (for the ranges of the table)."""
-    mahimahi_dir = shared_dir() / "data" / "mahimahi-traces"
+    # Mahimahi's recorded traces are optional third-party data; the constant one is our own.
+    mahimahi_dir = shared_data("mahimahi-traces")
     traces = [constant_mahimahi_trace(work / "constant-12mbit.down", packets_per_ms=1),
-              *sorted(mahimahi_dir.glob("*.down"))]
+              *(sorted(mahimahi_dir.glob("*.down")) if mahimahi_dir else [])]
     steps = [
         Step("idle", "idle CPU", lambda d: idle_cpu(d, seconds)),
         Step("tcp", "bulk TCP", lambda d: tcp_max(d, seconds)),
@@ -426,7 +427,7 @@ def _span(runs: list[Any], get: Callable[[Any], Any]) -> str:
 
 def render(results: dict[str, Any], console: Console) -> None:
     """The table of every step that ran; figures over repeated runs are shown as ranges."""
-    table = Table(title="clawbed-emu benchmark", show_lines=False)
+    table = TerminalTable(title="clawbed-emu benchmark", show_lines=False)
     table.add_column("measurement")
     table.add_column("clawbed-emu", justify="right")
     table.add_column("mm-link reference", justify="right")

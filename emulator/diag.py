@@ -3,7 +3,7 @@
 Each message is one JSON line shaped like a MobileInsight decoded message: ``type_id`` (the
 message name, e.g. ``LTE_PHY_PDSCH_Stat_Indication``), ``timestamp`` (Unix time of the
 subframe, s) and the message's fields with MobileInsight's names (see
-``shared/docs/diag-feed.md`` and the emulator's ``DIAG_FEED.md``). The readers yield each
+``docs/diag-feed.md`` and the emulator's ``DIAG_FEED.md``). The readers yield each
 line as the dict it encodes, unchanged, so code written against MobileInsight's
 ``event.data.decode()`` runs on them.
 

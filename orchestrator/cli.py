@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
+from clawbed.tables import TerminalTable
 
 from clawbed.errors import InputError
 from clawbed.orchestrator import regress as rg
@@ -69,7 +69,7 @@ def suite() -> None:
 def suite_list(spec_path: Path) -> None:
     """The scenarios of SPEC with their stable ids."""
     spec = load_spec(spec_path)
-    table = Table(title=f"suite {spec.name}: {len(spec.scenarios())} scenario(s)")
+    table = TerminalTable(title=f"suite {spec.name}: {len(spec.scenarios())} scenario(s)")
     for col in ("id", "label", "trace", "page", "condition", "seed", "schemes × reps"):
         table.add_column(col)
     for s in spec.scenarios():
@@ -110,7 +110,7 @@ def suite_run(spec_path: Path, resume: bool, only: tuple[str, ...], sweep: str, 
 
 def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
     samples = rg.samples_from_loads(store.loads(suite=suite_name, sweep=sweep))
-    table = Table(title=f"PLT per scenario and scheme — {suite_name} (sweep {sweep})")
+    table = TerminalTable(title=f"PLT per scenario and scheme — {suite_name} (sweep {sweep})")
     for col in ("scenario", "scheme", "ok", "failed", "median ms", "mean ms", "std ms"):
         table.add_column(col, justify="right" if col not in ("scenario", "scheme") else "left")
     for s in samples.values():
@@ -134,7 +134,7 @@ def suite_report(spec_path: Path, sweep: str, store_path: Path | None) -> None:
         raise InputError(f"{spec_path}: the spec has no paper: list of numbers to report")
     with Store(store_path) as store:
         rows = paper_rows(spec.spec.paper, rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)))
-    table = Table(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
+    table = TerminalTable(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
     for col in COLUMNS:
         table.add_column(col, overflow="fold")
     for r in rows:
@@ -170,7 +170,7 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
         writer = csv.writer(sys.stdout)
         writer.writerows(iter_csv_rows(rows))
     else:
-        table = Table(title=f"{len(rows)} load(s)")
+        table = TerminalTable(title=f"{len(rows)} load(s)")
         for col in ("suite", "sweep", "scenario", "label", "scheme", "rep", "ok", "PLT ms", "bytes", "protocol", "error"):
             table.add_column(col)
         for r in rows:
@@ -225,7 +225,7 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
         return
     _, baseline = rg.read_baseline(baseline_path)
     comparisons = rg.compare(current, baseline, threshold=threshold)
-    table = Table(title=f"PLT regression check — {spec.name} vs {baseline_path.name} "
+    table = TerminalTable(title=f"PLT regression check — {spec.name} vs {baseline_path.name} "
                         f"(ratio: median over load pairs, exact 95% CI; regression when low > {threshold:g})")
     for col in ("scenario", "scheme", "verdict", "current ms", "baseline ms", "ratio", "95% CI", "n", "note"):
         table.add_column(col)

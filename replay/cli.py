@@ -96,6 +96,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
                        else f"[red]failed: {r['error']}[/red]")
             progress.console.print(f"  load {r['load']:>3} {r['scheme']:<6} {outcome}")
             progress.advance(task)
+        elif event.kind == "warning":
+            progress.console.print(f"  [yellow]warning:[/yellow] {event.message}")
 
     run = Replay(config, on_event=on_event)
     console.print(f"replay {run.name}: {config.page} on {config.trace.name}, schemes {', '.join(config.schemes)}, "

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import plotly.graph_objects as go
 import plotly.offline
-from rich.table import Table
+from clawbed.tables import TerminalTable
 
 from clawbed.files import atomic_write
 from clawbed.replay.rundir import MANIFEST, read_csv, read_results
@@ -103,15 +103,16 @@ def _pct(value: float | None) -> str:
 
 
 def stats_table(stats: Sequence[SchemeStats], title: str = "Page load time per scheme",
-                baseline: str = BASELINE) -> Table:
-    """The terminal table: loads, mean, median, p95, worst PLT (ms) and the reductions vs ``baseline``."""
-    table = Table(title=title)
+                baseline: str = BASELINE) -> TerminalTable:
+    """The terminal table: loads, mean, median, p95, worst PLT (ms) and the reductions vs
+    ``baseline``; short headers and a caption, so that it fits an 80-column terminal."""
+    table = TerminalTable(title=title, caption=f"PLT in ms; reduction: vs {baseline}, positive = faster")
     table.add_column("scheme", style="bold")
     table.add_column("loads ok", justify="right")
     for name in ("mean", "median", "p95", "worst"):
-        table.add_column(f"{name} PLT, ms", justify="right")
-    table.add_column(f"mean reduction vs {baseline}", justify="right")
-    table.add_column(f"median reduction vs {baseline}", justify="right")
+        table.add_column(name, justify="right")
+    table.add_column("mean reduction", justify="right")
+    table.add_column("median reduction", justify="right")
     for s in stats:
         ok = f"{s.ok}/{s.loads}" if s.failed == 0 else f"[red]{s.ok}/{s.loads}[/red]"
         table.add_row(s.scheme, ok, _ms(s.mean_ms), _ms(s.median_ms), _ms(s.p95_ms), _ms(s.worst_ms),

@@ -225,11 +225,12 @@ def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float) ->
             truth = read_truth(truth_path)
         except (TruthFormatError, OSError):
             truth = None
-        covered = truth is not None and len(truth["t_ms"]) and origin_unix_s + truth["t_ms"][-1] / 1000 >= t1
+        # A run younger than one truth chunk (1 s) has a file with no rows, and no columns, yet.
+        covered = truth is not None and truth.rows > 0 and origin_unix_s + truth["t_ms"][-1] / 1000 >= t1
         if covered or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    if truth is None or not len(truth["t_ms"]):
+    if truth is None or truth.rows == 0:
         return []
     t_unix = origin_unix_s + truth["t_ms"].astype(np.float64) / 1000.0
     keep = (t_unix >= t0) & (t_unix <= t1)
@@ -268,11 +269,12 @@ def _wait_client_ready(proc: OwnedProcess, log_path: Path, header_bytes: int = 2
 class ReplayEvent:
     """What :func:`run_replay` reports to its caller as it goes (for a progress display)."""
 
-    kind: str  # "ready" (cell and web server up), "load-start", "load-done"
+    kind: str  # "ready" (cell and web server up), "load-start", "load-done", "warning"
     total_loads: int
     record: dict[str, Any] | None = None
     load: int | None = None
     scheme: str | None = None
+    message: str | None = None  # a warning's text
 
 
 class Replay:
@@ -362,7 +364,13 @@ class Replay:
                                 feedback_period_ms=cfg.feedback_period_ms, client_args=client_args)
             trace_ms = cfg.round_trace_ms(round_, self.trace.duration_ms) if cfg.align_trace else None
             record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities, trace_ms, emu.seek)
-            self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s)
+            try:
+                self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s)
+            except Exception as e:  # noqa: BLE001 - the load's result outlives a failure of its series
+                record["series_error"] = f"{type(e).__name__}: {e}"
+                self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
+                                          message=f"load {index}: its time series were not all kept: "
+                                                  f"{record['series_error']}"))
             self.run_dir.append_result(record)
             self.records.append(record)
             self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))

@@ -20,6 +20,7 @@ die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 #   build-essential pkg-config       C toolchain for the Rust build (cc crate, zstd-sys)
 #   clang llvm libbpf-dev bpftool    compile, inspect and load the BPF programs (CLAW's CC, ACK marking)
 #   iproute2 ethtool iptables        namespaces, links, qdiscs, offloads, random loss
+#   nftables                         cross traffic's per-flow marks and counters (nft)
 #   iputils-ping                     idle RTT checks through the emulated link
 #   iperf3                           bulk cross traffic
 #   nginx                            the HTTP/2 (TLS) web server of replays
@@ -33,7 +34,7 @@ die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 apt_packages=(
   build-essential pkg-config
   clang llvm libbpf-dev bpftool
-  iproute2 ethtool iptables iputils-ping
+  iproute2 ethtool iptables nftables iputils-ping
   iperf3 nginx chromium
   influxdb influxdb-client
   mininet bridge-utils vagrant

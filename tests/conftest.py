@@ -16,6 +16,14 @@ from clawbed.paths import REPO_ROOT
 CLAWBED = Path(sys.executable).parent / "clawbed"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``nohup`` (SIGHUP ignored) or ``&`` in a script (SIGINT ignored) the processes
+    the tests start would inherit the ignored signals, and the tests that stop them by
+    SIGINT or SIGHUP would wait in vain: give them the default dispositions, as the CLI does."""
+    from clawbed.signals import restore_default_signals
+    restore_default_signals()
+
+
 def session_leftovers(base: Path) -> set[str]:
     """The namespaces and root-namespace links that the ledgers of this session's runs (every
     run keeps one in its directory, under the session's temporary folder) record and that
@@ -44,6 +52,23 @@ def nothing_left_behind(tmp_path_factory: pytest.TempPathFactory) -> object:
     yield
     left = session_leftovers(tmp_path_factory.getbasetemp())
     assert not left, f"tests left these behind: {sorted(left)}"
+
+
+def shared_data_or_skip(subpath: str) -> Path:
+    """A folder or file of the optional third-party recordings, or skip the test saying
+    which is missing (a clone without the shared data folder runs everything else)."""
+    from clawbed.paths import shared_data
+    path = shared_data(subpath)
+    if path is None:
+        pytest.skip(f"needs the third-party recordings in <shared>/data/{subpath} "
+                    "(CLAWBED_SHARED or ../shared beside the repository); not present")
+    return path
+
+
+@pytest.fixture
+def mahimahi_traces() -> Path:
+    """Mahimahi's recorded Saturator traces (GPL-3.0, not shipped with the project)."""
+    return shared_data_or_skip("mahimahi-traces")
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from pyroute2 import netns
@@ -18,7 +19,7 @@ from clawbed.emulator.config import ConfigError, EmulatorConfig
 from clawbed.emulator.process import Emulator, EmulatedCell, EmulatorError
 from clawbed.emulator.scenarios import constant_trace
 from clawbed.emulator.truth import read_truth
-from clawbed.netns import Ledger, Resources, new_run_id
+from clawbed.netns import Ledger, Resources, cleanup_from_ledger, new_run_id
 
 pytestmark = pytest.mark.root
 
@@ -148,24 +149,53 @@ def test_cli_runs_the_command_in_the_ue_namespace(tmp_path: Path) -> None:
     assert processes_left(tmp_path / "run" / "ledger.jsonl") == []
 
 
-def test_cli_ctrl_c_stops_everything_and_keeps_the_truth(tmp_path: Path) -> None:
+def _ignoring(*signals: signal.Signals) -> Callable[[], None]:
+    """A preexec function that starts the child with ``signals`` ignored, as ``nohup`` (SIGHUP)
+    or ``&`` in a non-interactive shell (SIGINT) would."""
+    def preexec() -> None:
+        for sig in signals:
+            signal.signal(sig, signal.SIG_IGN)
+    return preexec
+
+
+def _ignored_signals(pid: int) -> set[int]:
+    """The signals process ``pid`` ignores (its SigIgn mask)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            mask = int(line.split()[1], 16)
+            return {n for n in range(1, 65) if mask & (1 << (n - 1))}
+    return set()
+
+
+@pytest.mark.parametrize("started_with_ignored", [(), (signal.SIGHUP,), (signal.SIGINT, signal.SIGHUP)],
+                         ids=["foreground", "nohup", "background-in-a-script"])
+def test_cli_ctrl_c_stops_everything_and_keeps_the_truth(tmp_path: Path,
+                                                         started_with_ignored: tuple[signal.Signals, ...]) -> None:
     """Ctrl-C (SIGINT to the CLI) mid-run: the command and the emulator stop, the namespaces go,
-    and the ground truth holds every subframe that ran."""
+    and the ground truth holds every subframe that ran. Also when the CLI was started with
+    SIGINT/SIGHUP ignored: its children then start with the default dispositions."""
     env = dict(os.environ, CLAWBED_RUNS=str(tmp_path / "runs"))
     out = tmp_path / "run"
     proc = subprocess.Popen([CLAWBED, "emu", "run", "--rate", "5mbit", "--out", str(out),
-                             "--", "sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             "--", "sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_ignoring(*started_with_ignored))
     try:
         deadline = time.monotonic() + 30
         while not (out / "truth.cbcol").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(1.5)
+        children = [e["pid"] for e in Ledger(out / "ledger.jsonl").entries() if e["kind"] == "process"]
+        assert children
+        for pid in children:
+            assert not _ignored_signals(pid) & {signal.SIGINT, signal.SIGHUP}, (pid, _ignored_signals(pid))
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+            if (out / "ledger.jsonl").exists():
+                cleanup_from_ledger(out / "ledger.jsonl")  # a failed check must not leave the run behind
     assert proc.returncode == 130, stderr
     assert "interrupted after" in stderr
     counters = json.loads((out / "counters.json").read_text())

@@ -1,6 +1,8 @@
-"""The 36.213 tables as loaded from the shared CSVs, and the RSRQ model of CLAW Eq. 6/7."""
+"""The 36.213 tables as loaded from the project's CSVs, and the RSRQ model of CLAW Eq. 6/7."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +16,32 @@ from clawbed import lte
 )
 def test_known_one_layer_values(itbs: int, n_prb: int, bits: int) -> None:
     assert lte.tables().tbs_1layer_bits[itbs, n_prb] == bits
+
+
+def test_tables_match_their_readme() -> None:
+    """The values the tables' README states (its known cells and the PRBs per bandwidth) are
+    what the loaded tables hold: the data and its description cannot drift apart."""
+    readme = (lte.TABLES_DIR / "README.md").read_text()
+    known = re.findall(r"\(I_TBS (\d+), N_PRB (\d+)\) = (\d+)|\((\d+), (\d+)\) = (\d+)", readme)
+    cells = [tuple(int(v) for v in m if v) for m in known]
+    assert len(cells) >= 3, "the README's known values were not found"
+    for itbs, n_prb, bits in cells:
+        assert lte.tables().tbs_1layer_bits[itbs, n_prb] == bits, (itbs, n_prb)
+    spec_328 = re.search(r"Cell \(I_TBS (\d+), N_PRB (\d+)\) is (\d+) in the spec", readme)
+    assert spec_328 is not None
+    itbs, n_prb, bits = (int(v) for v in spec_328.groups())
+    assert lte.tables().tbs_1layer_bits[itbs, n_prb] == bits  # the spec's value is kept
+    pairs = re.findall(r"([\d.]+) MHz (\d+)", readme)
+    assert len(pairs) == 6
+    for mhz, n_rb in pairs:
+        assert lte.n_rb_for_bandwidth(float(mhz)) == int(n_rb)
+
+
+def test_tables_live_in_the_repository() -> None:
+    """A clone without the shared data folder still has the tables."""
+    from clawbed.paths import REPO_ROOT
+    assert lte.TABLES_DIR.is_relative_to(REPO_ROOT)
+    assert (lte.TABLES_DIR / lte.MCS_TABLE).is_file()
 
 
 def test_mcs_to_itbs_and_modulation() -> None:

@@ -105,6 +105,27 @@ def test_replay_measures_every_load_and_leaves_nothing(clawbed_cli: Path, tmp_pa
     assert "PLT per scheme" in proc.stdout and "report:" in proc.stderr
 
 
+@pytest.mark.parametrize("trace", ["idle-cell.cbt", "high-sinr.cbt"])
+def test_the_shortest_replay_keeps_its_result(clawbed_cli: Path, tmp_path: Path, trace: str) -> None:
+    """One load of the smallest page on a good cell ends within the emulator's first truth
+    chunk (1 s): its result and table must still come out, with no traceback."""
+    _needs_root()
+    proc = subprocess.run([str(clawbed_cli), "replay", "--trace", str(REPO_ROOT / "traces" / "samples" / trace),
+                           "--page", PAGE, "--schemes", "cubic", "--runs", "1", "--loader", "h2",
+                           "--runs-dir", str(tmp_path), "--name", "shortest"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "PLT per scheme" in proc.stdout
+    run_dir = tmp_path / "shortest"
+    rows = read_csv(run_dir / "results.csv")
+    assert rows["ok"] == ["True"] and float(rows["plt_ms"][0]) > 0
+    (record,) = read_results(run_dir)
+    assert "series_error" not in record
+    truth = read_csv(run_dir / record["load_dir"] / "truth.csv")
+    assert truth["t_unix_s"], "the load's truth came from what the emulator had written"
+
+
 def test_ctrl_c_mid_run_keeps_finished_loads_and_leaves_nothing(clawbed_cli: Path, tmp_path: Path) -> None:
     _needs_root()
     before = _struct_ops_ids()

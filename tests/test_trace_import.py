@@ -12,7 +12,6 @@ import pytest
 
 from clawbed.errors import InputError
 from clawbed.lte import capacity_bits
-from clawbed.paths import shared_dir
 from clawbed.traces.importers import (
     MAHIMAHI_PACKET_BITS,
     export_mahimahi,
@@ -21,7 +20,6 @@ from clawbed.traces.importers import (
 )
 from clawbed.traces.io import read_trace, write_trace
 
-MAHIMAHI_DIR = shared_dir() / "data" / "mahimahi-traces"
 CLAWBED = Path(sys.executable).parent / "clawbed"
 
 
@@ -40,8 +38,8 @@ def assert_round_trip_within_stated(original: Path, exported: Path, stated_bytes
 
 
 @pytest.mark.parametrize("name", ["Verizon-LTE-short.down", "ATT-LTE-driving.down"])
-def test_mahimahi_round_trip_within_stated_error(name: str, tmp_path: Path) -> None:
-    source = MAHIMAHI_DIR / name
+def test_mahimahi_round_trip_within_stated_error(name: str, tmp_path: Path, mahimahi_traces: Path) -> None:
+    source = mahimahi_traces / name
     trace = import_mahimahi(source, bandwidth_mhz=20, n_antennas=2)
     prov = trace.metadata["provenance"]
 
@@ -61,8 +59,8 @@ def test_mahimahi_round_trip_within_stated_error(name: str, tmp_path: Path) -> N
     assert_round_trip_within_stated(source, out, prov["max_error_bytes_per_100ms"])
 
 
-def test_mahimahi_round_trip_through_cli(tmp_path: Path) -> None:
-    source = MAHIMAHI_DIR / "Verizon-LTE-short.down"
+def test_mahimahi_round_trip_through_cli(tmp_path: Path, mahimahi_traces: Path) -> None:
+    source = mahimahi_traces / "Verizon-LTE-short.down"
     cbt, out = tmp_path / "x.cbt", tmp_path / "y.down"
     for args in (["import", "--from", "mahimahi", source, "-o", cbt],
                  ["export", "--mahimahi", cbt, "-o", out]):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
+from clawbed.tables import TerminalTable
 
 from clawbed.lte import capacity_bits
 from clawbed.traces.schema import Trace
@@ -107,7 +107,7 @@ def render_summary(path: str | Path, summary: dict[str, Any]) -> None:
     console.print(f"[bold]{path}[/bold]: {s['duration_s']:g} s, {s['bandwidth_mhz']} MHz "
                   f"(N_rb {s['n_rb']}), {s['antennas']} antenna(s), source {s['source']}{preset}; "
                   f"SFN {s['sfn_start']} → {s['sfn_end']}")
-    table = Table(title=f"percentiles of capacity and load over {s['bin_ms']} ms bins, MCS per subframe")
+    table = TerminalTable(title=f"percentiles of capacity and load over {s['bin_ms']} ms bins, MCS per subframe")
     table.add_column("")
     for col in ("mean", *(f"p{q}" for q in PERCENTILES)):
         table.add_column(col, justify="right")

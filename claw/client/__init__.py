@@ -1,7 +1,7 @@
 """The CLAW client: what runs on the UE (design notes and departures: ``claw/DESIGN.md``, Client).
 
 - :mod:`.analyzer` — the cellular load analyzer (Eq. 6–12 of the paper, as
-  ``shared/docs/claw-spec.md`` settles them): an RTT-sized sliding window of subframes,
+  ``docs/claw-spec.md`` settles them): an RTT-sized sliding window of subframes,
   O(1) per subframe, giving L, N_t, N_a, N_I, N_s, N_f, the mean MCS and W_claw.
 - :mod:`.detector` — the bottleneck detector and the saturation rule (pure state machines).
 - :mod:`.feed` — the diag feed's MobileInsight-shaped messages → analyzer inputs, and the

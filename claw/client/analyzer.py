@@ -1,4 +1,4 @@
-"""The cellular load analyzer of CLAW (paper §4.2–4.3.1; ``shared/docs/claw-spec.md``).
+"""The cellular load analyzer of CLAW (paper §4.2–4.3.1; ``docs/claw-spec.md``).
 
 Per UE, over a sliding window of the last T subframes (T = the server-echoed smoothed RTT
 in ms, 100 ms before the first echo):

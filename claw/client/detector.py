@@ -1,5 +1,5 @@
 """CLAW's network bottleneck detector (paper §4.4) and the channel-saturation rule (§4.3.1),
-as ``shared/docs/claw-spec.md`` settles them. Pure state machines: no clock of their own
+as ``docs/claw-spec.md`` settles them. Pure state machines: no clock of their own
 (callers pass times), no I/O.
 
 Bottleneck detector, once per window: U = N_s of the window that follows a W_claw update;

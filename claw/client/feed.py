@@ -1,4 +1,4 @@
-"""From the diag feed's messages (MobileInsight's decoded names, ``shared/docs/diag-feed.md``;
+"""From the diag feed's messages (MobileInsight's decoded names, ``docs/diag-feed.md``;
 the emulator's ``emulator/cell/src/diag.rs`` is the source of the exact fields) to what the
 CLAW client needs: per subframe the UE's own RBs, MCS and layers; RSRQ measurements; the
 channel-quality MCS; and loss events from the cumulative RLC / PDCP counters.

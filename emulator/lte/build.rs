@@ -1,8 +1,7 @@
-//! Generates the 36.213 tables as Rust statics from the shared CSV files, so the numbers
-//! exist in exactly one place (`shared/3gpp/`) for every language in the project.
+//! Generates the 36.213 tables as Rust statics from the crate's CSV files, so the numbers
+//! exist in exactly one place (`emulator/lte/tables/`) for every language in the project
+//! (`clawbed/lte.py` reads the same files).
 //!
-//! Source folder: `$CLAWBED_SHARED/3gpp/` when that variable is set, otherwise
-//! `shared/3gpp/` beside the repository (`CARGO_MANIFEST_DIR/../../../shared/3gpp`).
 //! Any missing file or malformed line fails the build with the file and line named.
 
 use std::env;
@@ -35,7 +34,6 @@ fn main() {
 
 fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-env-changed=CLAWBED_SHARED");
     let dir = table_dir()?;
 
     let mcs = parse_mcs(&read_csv(&dir, MCS_FILE)?)?;
@@ -50,11 +48,8 @@ fn run() -> Result<(), String> {
 }
 
 fn table_dir() -> Result<PathBuf, String> {
-    if let Some(shared) = env::var_os("CLAWBED_SHARED") {
-        return Ok(PathBuf::from(shared).join("3gpp"));
-    }
     let manifest = env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?;
-    Ok(PathBuf::from(manifest).join("../../../shared/3gpp"))
+    Ok(PathBuf::from(manifest).join("tables"))
 }
 
 /// One CSV file split into lines of trimmed fields, each with its 1-based line number.
@@ -74,7 +69,7 @@ fn read_csv(dir: &Path, name: &str) -> Result<Csv, String> {
     println!("cargo:rerun-if-changed={}", path.display());
     let text = fs::read_to_string(&path).map_err(|e| {
         format!(
-            "{}: cannot read 36.213 table ({e}); set CLAWBED_SHARED to the folder holding 3gpp/",
+            "{}: cannot read 36.213 table ({e})",
             path.display()
         )
     })?;

@@ -1,5 +1,5 @@
 //! The diag feed: per UE and subframe, what the phone's diagnostic port would report,
-//! shaped like MobileInsight's decoded messages (`shared/docs/diag-feed.md`).
+//! shaped like MobileInsight's decoded messages (`docs/diag-feed.md`).
 //!
 //! A [`DiagRecord`] holds one subframe of one UE as five messages. Each message type
 //! serialises (serde) to one JSON object with MobileInsight's `type_id` and exactly its

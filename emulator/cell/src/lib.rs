@@ -5,7 +5,7 @@
 //! the packets, the clock and every delay line; this crate sees a packet only as a length
 //! and an opaque handle `H` (see `emulator/ARCHITECTURE.md`).
 //!
-//! # A subframe (`shared/docs/emulator-model.md`)
+//! # A subframe (`docs/emulator-model.md`)
 //!
 //! 1. Each UE's [`Conditions`] give its channel-quality MCS and layers (closed loop) or a
 //!    byte budget (open loop, Mahimahi or a constant rate); the primary source (a

@@ -1,7 +1,7 @@
 //! LTE physical-layer tables and formulas for the clawbed emulator and tools.
 //!
 //! The 36.213 tables are not typed in here: `build.rs` generates them from the CSV files in
-//! `shared/3gpp/`, the one source of truth the Python side reads too.
+//! `emulator/lte/tables/`, the one source of truth the Python side reads too.
 //!
 //! - [`mcs`]: MCS index → modulation order and TBS index (36.213 Table 7.1.7.1-1).
 //! - [`tbs`]: transport block size for a TBS index and a number of PRBs, one or two layers
