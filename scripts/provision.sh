@@ -21,6 +21,7 @@ die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 #   clang llvm libbpf-dev bpftool    compile, inspect and load the BPF programs (CLAW's CC, ACK marking)
 #   iproute2 ethtool iptables        namespaces, links, qdiscs, offloads, random loss
 #   nftables                         cross traffic's per-flow marks and counters (nft)
+#   procps                           sysctl (congestion-control settings, below)
 #   iputils-ping                     idle RTT checks through the emulated link
 #   iperf3                           bulk cross traffic
 #   nginx                            the HTTP/2 (TLS) web server of replays
@@ -34,7 +35,7 @@ die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 apt_packages=(
   build-essential pkg-config
   clang llvm libbpf-dev bpftool
-  iproute2 ethtool iptables nftables iputils-ping
+  iproute2 ethtool iptables nftables procps iputils-ping
   iperf3 nginx chromium
   influxdb influxdb-client
   mininet bridge-utils vagrant
