@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Sequence
 from clawbed.netns import Namespace, OwnedProcess, Resources
 
 if TYPE_CHECKING:
-    from clawbed.orchestrator.topology import Shaping, WiredHost, WiredNet
+    from clawbed.orchestrator.topology import Impairment, Shaping, WiredHost, WiredNet
 
 #: Address of the core TUN, where the servers listen.
 DEFAULT_CORE_ADDRESS = ipaddress.IPv4Address("10.64.0.1")
@@ -139,13 +139,15 @@ class CellTopology:
         #: The wired side behind the core router, once the first wired host made it.
         self.wired: WiredNet | None = None
 
-    def add_server(self, shaping: Shaping | None = None, *, role: str = "srv") -> WiredHost:
+    def add_server(self, shaping: Shaping | None = None, *, role: str = "srv",
+                   impairment: Impairment | None = None) -> WiredHost:
         """A server host ``cb<rid><role>`` on the wired side, behind the wired bottleneck: the
-        gateway's link to this core router, shaped by ``shaping`` (``None``: unshaped). The
+        gateway's link to this core router, shaped by ``shaping`` (``None``: unshaped) and
+        impaired by netem's ``impairment`` (``None``: none; the kernel must have netem). The
         first wired host builds the wired side; a later server may repeat its ``shaping`` or
         leave it out. May be called before or after the emulator starts.
         """
-        return self._wired_side(shaping).add_server(role)
+        return self._wired_side(shaping, impairment).add_server(role)
 
     def add_cross_host(self) -> WiredHost:
         """A cross-traffic host ``cb<rid>x<i>`` (``i`` = 0, 1, … in order of calls) on the
@@ -155,12 +157,15 @@ class CellTopology:
             raise ValueError(f"{self!r}: cross traffic shares the wireline bottleneck; add_server(Shaping(...)) first")
         return self.wired.add_cross_host()
 
-    def _wired_side(self, shaping: Shaping | None) -> WiredNet:
+    def _wired_side(self, shaping: Shaping | None, impairment: Impairment | None = None) -> WiredNet:
         if self.wired is None:
             # The layer above this one (it imports this module): imported when first needed.
             from clawbed.orchestrator.topology import WiredNet
 
-            self.wired = WiredNet(self, shaping)
+            self.wired = WiredNet(self, shaping, impairment)
+        elif impairment is not None and impairment != self.wired.impairment:
+            raise ValueError(f"{self!r}: the wired bottleneck is already impaired by {self.wired.impairment}; "
+                             f"every wired host shares it")
         elif shaping is not None and shaping != self.wired.bottleneck:
             raise ValueError(f"{self!r}: the wired bottleneck is already {self.wired.bottleneck}; "
                              f"every wired host shares it (give no shaping, or the same)")

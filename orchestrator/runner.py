@@ -82,7 +82,9 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
     config = PlannedConfig(
         trace=materialize_trace(sc), page=sc.page, schemes=schemes, runs=sc.repetitions,
         http_version=cond.http, loader=sc.loader, core_rtt_ms=cond.core_rtt_ms, bs_buffer_bytes=cond.bs_buffer_bytes,
-        wireline_rate=cond.wireline_rate, scheduler=cond.scheduler.value, seed=sc.seed, name=job.run_dir.name,
+        wireline_rate=cond.wireline_rate, wired_delay_ms=cond.wired_delay_ms, wired_jitter_ms=cond.wired_jitter_ms,
+        wired_loss_pct=cond.wired_loss_pct, wired_reorder_pct=cond.wired_reorder_pct,
+        scheduler=cond.scheduler.value, seed=sc.seed, name=job.run_dir.name,
         load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan),
         cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, cc=c.scheme, object_bytes=c.object_bytes,
                                         off_ms=c.off_ms) for c in cond.cross_traffic],

@@ -113,6 +113,11 @@ class Condition(_Strict):
     bs_buffer: str | int | None = None
     #: Wireline bottleneck between the core and the server, e.g. ``20mbit``.
     wireline_rate: str | None = None
+    #: netem on the wired link to the server, each direction (see ``clawbed replay --help``).
+    wired_delay_ms: float = Field(0.0, ge=0, le=10_000)
+    wired_jitter_ms: float = Field(0.0, ge=0, le=10_000)
+    wired_loss_pct: float = Field(0.0, ge=0, le=100)
+    wired_reorder_pct: float = Field(0.0, ge=0, le=100)
     scheduler: Scheduler = Scheduler.PROPORTIONAL_FAIR
     cross_traffic: list[CrossTraffic] = []
     other_ues: list[OtherUe] = []
@@ -167,6 +172,11 @@ class Condition(_Strict):
     def _cross_needs_wireline(self) -> "Condition":
         if self.cross_traffic and self.wireline_rate is None:
             raise ValueError("cross_traffic shares the wireline bottleneck: set wireline_rate too")
+        # Jitter and reordering vary a delay: the same rule as the replay's (Impairment's).
+        if self.wired_jitter_ms and not self.wired_delay_ms:
+            raise ValueError("wired_jitter_ms varies a delay: set wired_delay_ms too")
+        if self.wired_reorder_pct and not self.wired_delay_ms:
+            raise ValueError("wired_reorder_pct: netem reorders by delaying the other packets; set wired_delay_ms too")
         return self
 
     @property

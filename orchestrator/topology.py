@@ -51,9 +51,15 @@ Choices, and why:
   removed when the stack closes, found by ``clawbed cleanup``); ``ip netns exec``,
   :func:`~clawbed.netns.socket_in_namespace` and the emulator's config name them as before.
 - **Shaping through Mininet's** ``TCLink`` (``TCIntf``: ``bw`` → HTB, ``use_tbf`` → TBF;
-  it prints tc's errors rather than raising them, so the installed qdisc is checked). No
-  delay on wired links: netem is absent here and ``TCLink(delay=…)`` silently applies none;
-  the core's RTT is the emulator's (``delays`` in its config).
+  it prints tc's errors rather than raising them, so the installed qdisc is checked).
+- **Delay, jitter, loss and reordering through netem, where the kernel has it**
+  (:class:`Impairment`, on the bottleneck link, both directions). Not every kernel has
+  ``sch_netem`` (``docs/platform-notes.md``), and ``TCLink(delay=…)`` silently applies
+  nothing there, so a run probes once (:func:`probe_netem`: a throwaway netem qdisc in a
+  namespace of the run's own) and the caller decides: without netem a wired delay can move
+  into the emulator's core delay, while jitter, loss and reordering are refused. netem goes
+  under the shaping qdisc (``parent 5:1``; its ``limit`` then bounds the queue) or, on an
+  unshaped link, at the root.
 
 Ownership: every object is registered on the run's :class:`~clawbed.netns.Resources` stack
 right after it is made — a namespace (removed), a Mininet host (its shell stopped by PID:
@@ -97,8 +103,83 @@ _RESERVED_ROLE = re.compile(r"^(core|gw|u\d+|x\d+)$")
 QDISCS = ("tbf", "htb")
 #: Highest rate Mininet's TCIntf shapes, Mbit/s (it ignores a higher one with a printed error).
 MAX_RATE_MBIT = TCIntf.bwParamMax
-#: Handle of the bounded FIFO put under an HTB class (TCIntf's class is 5:1).
+#: Handle of the bounded FIFO (or netem) put under the shaping's class (TCIntf's class is 5:1).
 _HTB_LEAF_HANDLE = "10:"
+#: netem's queue limit on an unshaped link, packets (netem's own default).
+NETEM_DEFAULT_LIMIT_PACKETS = 1000
+
+
+@dataclass(frozen=True)
+class Impairment:
+    """What netem adds to each direction of the wired bottleneck link. Mistakes raise
+    :class:`ValueError` naming the field."""
+
+    #: One-way delay, ms.
+    delay_ms: float = 0.0
+    #: Jitter around ``delay_ms`` (netem's uniform-ish default distribution), ms.
+    jitter_ms: float = 0.0
+    #: Packets dropped at random, %.
+    loss_pct: float = 0.0
+    #: Packets sent at once instead of delayed (so they overtake the ones ahead), %; needs a delay.
+    reorder_pct: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, upper in (("delay_ms", 10_000.0), ("jitter_ms", 10_000.0), ("loss_pct", 100.0),
+                            ("reorder_pct", 100.0)):
+            value = getattr(self, name)
+            if not 0 <= value <= upper:
+                raise ValueError(f"Impairment.{name}: {value} is outside 0..{upper:g}")
+        if self.jitter_ms > 0 and self.delay_ms == 0:
+            raise ValueError("Impairment.jitter_ms: jitter varies a delay; give delay_ms too")
+        if self.reorder_pct > 0 and self.delay_ms == 0:
+            raise ValueError("Impairment.reorder_pct: netem reorders by delaying the other packets; give delay_ms too")
+
+    @property
+    def active(self) -> bool:
+        return any((self.delay_ms, self.jitter_ms, self.loss_pct, self.reorder_pct))
+
+    @property
+    def needs_netem_only(self) -> list[str]:
+        """The fields nothing but netem can give (the emulator's core delay is constant and lossless)."""
+        return [name for name in ("jitter_ms", "loss_pct", "reorder_pct") if getattr(self, name)]
+
+    def netem_args(self) -> list[str]:
+        """netem's parameters for ``tc qdisc add … netem``."""
+        args = ["delay", f"{self.delay_ms:g}ms"]
+        if self.jitter_ms:
+            args.append(f"{self.jitter_ms:g}ms")
+        if self.loss_pct:
+            args += ["loss", f"{self.loss_pct:g}%"]
+        if self.reorder_pct:
+            args += ["reorder", f"{self.reorder_pct:g}%"]
+        return args
+
+    def describe(self) -> dict[str, Any]:
+        return {"delay_ms": self.delay_ms, "jitter_ms": self.jitter_ms, "loss_pct": self.loss_pct,
+                "reorder_pct": self.reorder_pct}
+
+
+@dataclass(frozen=True)
+class NetemProbe:
+    """Whether this kernel has netem, as one throwaway qdisc showed."""
+
+    available: bool
+    #: tc's words when it refused (e.g. "Error: Specified qdisc kind is unknown.").
+    detail: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"available": self.available, "detail": self.detail}
+
+
+def probe_netem(ns: Namespace) -> NetemProbe:
+    """Add a netem qdisc to the loopback of ``ns`` (a namespace of the caller's run, so nothing
+    outside it is touched) and remove it again: does this kernel have netem?"""
+    added = ns.run(["tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "netem", "delay", "1ms"],
+                   check=False)
+    if added.returncode != 0:
+        return NetemProbe(False, (added.stderr or added.stdout).strip() or f"tc exited {added.returncode}")
+    ns.run(["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
+    return NetemProbe(True, "a netem qdisc was added and removed")
 
 
 @dataclass(frozen=True)
@@ -182,7 +263,7 @@ class WiredNet:
     server and cross-traffic hosts on the gateway. Everything is made in ``cell.res`` and
     removed when it closes (module docstring: "Ownership")."""
 
-    def __init__(self, cell: CellTopology, bottleneck: Shaping | None) -> None:
+    def __init__(self, cell: CellTopology, bottleneck: Shaping | None, impairment: Impairment | None = None) -> None:
         for network in (SERVER_NETWORKS, CROSS_NETWORKS):
             if network.overlaps(cell.ue_network) or cell.core.address in network:
                 raise ValueError(f"the wired side's {network} overlaps the cell's UE network {cell.ue_network} "
@@ -190,6 +271,8 @@ class WiredNet:
         self.cell = cell
         self.res = cell.res
         self.bottleneck = bottleneck
+        #: netem's delay, jitter, loss and reordering on the bottleneck link (both directions).
+        self.impairment = impairment if impairment is not None and impairment.active else None
         #: Mininet's nodes by name, and the links, in order of creation.
         self.nodes: dict[str, NamespaceHost] = {}
         self.links: list[Link] = []
@@ -198,7 +281,7 @@ class WiredNet:
 
         self.core = self._node(cell.core.ns)
         self.gateway = self._node(self.res.namespace("gw"))
-        link = self._link(self.gateway, self.core, bottleneck)
+        link = self._link(self.gateway, self.core, bottleneck, self.impairment)
         #: The core router's end of the bottleneck: where sinks of cross traffic listen.
         self.core_address = BOTTLENECK_NETWORK.network_address + 1
         #: The gateway's end of the bottleneck (the core router's route to every wired host).
@@ -253,6 +336,7 @@ class WiredNet:
             "gateway": self.gateway.name,
             "bottleneck": {"device": self.bottleneck_device, "core_address": str(self.core_address),
                            "shaping": self.bottleneck.describe() if self.bottleneck else None,
+                           "netem": self.impairment.describe() if self.impairment else None,
                            **(self.bottleneck_counters() if self.bottleneck else {})},
             "servers": [{"name": h.name, "address": str(h.address), "device": h.device} for h in self.servers],
             "cross_hosts": [{"name": h.name, "address": str(h.address), "device": h.device}
@@ -284,9 +368,11 @@ class WiredNet:
         self.nodes[node.name] = node
         return node
 
-    def _link(self, a: NamespaceHost, b: NamespaceHost, shaping: Shaping | None) -> Link:
+    def _link(self, a: NamespaceHost, b: NamespaceHost, shaping: Shaping | None,
+              impairment: Impairment | None = None) -> Link:
         """A veth between ``a`` and ``b`` named Mininet's way (``<host>-eth<N>``), up, with the
-        cell's MTU; shaped on both ends' egress when ``shaping`` is given."""
+        cell's MTU; shaped on both ends' egress when ``shaping`` is given, and impaired by netem
+        there when ``impairment`` is."""
         names = [f"{node.name}-eth{node.newPort()}" for node in (a, b)]
         for name in names:
             if len(name) > IFNAME_MAX:
@@ -304,19 +390,37 @@ class WiredNet:
         for node, name in zip((a, b), names):
             node.ns.run(["ip", "link", "set", "dev", name, "mtu", str(self.cell.mtu_bytes), "up"])
             if shaping is not None:
-                self._check_shaping(node.ns, name, shaping)
+                self._check_shaping(node.ns, name, shaping, with_netem=impairment is not None)
+            if impairment is not None:
+                self._add_netem(node.ns, name, shaping, impairment)
         return link
 
+    def _add_netem(self, ns: Namespace, device: str, shaping: Shaping | None, impairment: Impairment) -> None:
+        """netem on ``device``'s egress: under the shaping qdisc (its class 5:1), where its
+        ``limit`` (packets) bounds the queue as the shaping's would, or at the root."""
+        if shaping is not None:
+            limit = max(1, shaping.queue_bytes // self.cell.mtu_bytes)
+            where = ["parent", "5:1", "handle", _HTB_LEAF_HANDLE]
+        else:
+            limit, where = NETEM_DEFAULT_LIMIT_PACKETS, ["root", "handle", _HTB_LEAF_HANDLE]
+        added = ns.run(["tc", "qdisc", "add", "dev", device, *where, "netem", *impairment.netem_args(),
+                        "limit", str(limit)], check=False)
+        if added.returncode != 0:
+            raise ResourceError(f"netem on {device} in {ns.name} ({' '.join(impairment.netem_args())}): "
+                                f"{(added.stderr or added.stdout).strip()} (does this kernel have netem? "
+                                f"probe_netem tells)")
+
     @staticmethod
-    def _check_shaping(ns: Namespace, device: str, shaping: Shaping) -> None:
+    def _check_shaping(ns: Namespace, device: str, shaping: Shaping, with_netem: bool = False) -> None:
         """Check that Mininet installed ``shaping`` on ``device`` (TCIntf prints tc's errors
-        instead of raising them); under HTB, bound the queue to ``shaping.queue_bytes``."""
+        instead of raising them); under HTB, bound the queue to ``shaping.queue_bytes``
+        (unless netem goes there, whose limit then bounds it)."""
         out = ns.run(["tc", "-j", "qdisc", "show", "dev", device, "root"]).stdout
         kinds = [q.get("kind") for q in json.loads(out)]
         if kinds != [shaping.qdisc]:
             raise ResourceError(f"shaping {device} in {ns.name}: expected a root {shaping.qdisc} qdisc from "
                                 f"Mininet's TCIntf, found {kinds or 'none'}")
-        if shaping.qdisc == "htb":
+        if shaping.qdisc == "htb" and not with_netem:
             # TCIntf leaves the class's default queue (txqueuelen packets, whatever their size).
             ns.run(["tc", "qdisc", "add", "dev", device, "parent", "5:1", "handle", _HTB_LEAF_HANDLE, "bfifo",
                     "limit", str(shaping.queue_bytes)])

@@ -48,6 +48,15 @@ def parse_size_bytes(text: str) -> int:
 @click.option("--core-rtt-ms", type=float, help="core network RTT, ms (default: the trace's, or 50)")
 @click.option("--bs-buffer", "bs_buffer", help="base-station queue per UE, e.g. 3MiB (default: the emulator's)")
 @click.option("--wireline-rate", help="wireline bottleneck between core and server, e.g. 20mbit (default: none)")
+@click.option("--wired-delay-ms", type=float, default=0.0, show_default=True,
+              help="netem delay on the wired link to the server, each way (without netem in the kernel: "
+                   "added to the emulator's core delay, said so)")
+@click.option("--wired-jitter-ms", type=float, default=0.0, show_default=True,
+              help="netem jitter of that delay (needs netem in the kernel)")
+@click.option("--wired-loss", "wired_loss_pct", type=float, default=0.0, show_default=True,
+              help="netem random loss on the wired link, %% (needs netem in the kernel)")
+@click.option("--wired-reorder", "wired_reorder_pct", type=float, default=0.0, show_default=True,
+              help="netem reordering on the wired link, %% of packets (needs netem and a delay)")
 @click.option("--scheduler", type=click.Choice([s.value for s in Scheduler]),
               default=Scheduler.PROPORTIONAL_FAIR.value, show_default=True, help="the cell's scheduler")
 @click.option("--seed", type=int, default=1, show_default=True, help="seed of the cell model and the page")
@@ -66,7 +75,9 @@ def parse_size_bytes(text: str) -> int:
               help="start every load of a round at the same point of the trace (rounds spread over it), so "
                    "the schemes meet the same channel; off: each load meets the trace where the run has got to")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
-           core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None, scheduler: str,
+           core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None,
+           wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float, wired_reorder_pct: float,
+           scheduler: str,
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
@@ -78,7 +89,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         trace=trace, page=page, schemes=[s.strip() for s in schemes.split(",") if s.strip()], runs=runs,
         http_version=http_version, loader=loader, core_rtt_ms=core_rtt_ms,
         bs_buffer_bytes=parse_size_bytes(bs_buffer) if bs_buffer is not None else None,
-        wireline_rate=wireline_rate, scheduler=scheduler, seed=seed, name=name,
+        wireline_rate=wireline_rate, wired_delay_ms=wired_delay_ms, wired_jitter_ms=wired_jitter_ms,
+        wired_loss_pct=wired_loss_pct, wired_reorder_pct=wired_reorder_pct, scheduler=scheduler, seed=seed, name=name,
         load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),
         cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
         other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace)

@@ -40,7 +40,7 @@ import numpy as np
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
 from clawbed.claw.schemes.claw import Claw
-from clawbed.emulator.config import EmulatorConfig, Scheduler, parse_rate_bps
+from clawbed.emulator.config import Delays, EmulatorConfig, Scheduler, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.topology import CellTopology
 from clawbed.emulator.truth import TruthFormatError, read_truth
@@ -48,7 +48,7 @@ from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
 from clawbed.orchestrator.crosstraffic import (MAX_OTHER_UES, Background, ClawSettings, CrossTrafficSpec, OtherUeSpec,
                                                build_activities)
-from clawbed.orchestrator.topology import Shaping
+from clawbed.orchestrator.topology import Impairment, Shaping, probe_netem
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
 from clawbed.replay.rundir import (RunDir, check_name, compress_in_place, default_name, host_facts, read_csv,
@@ -94,6 +94,13 @@ class ReplayConfig:
     bs_buffer_bytes: int | None = None
     #: Rate of a wireline bottleneck between the core and the server (``20mbit``); None: none.
     wireline_rate: str | None = None
+    #: netem on the wired link between the core and the server, each direction: delay and
+    #: jitter (ms), random loss and reordering (%). Without netem in the kernel a delay moves
+    #: into the emulator's core delay and the rest is refused (:meth:`Replay._wired_side`).
+    wired_delay_ms: float = 0.0
+    wired_jitter_ms: float = 0.0
+    wired_loss_pct: float = 0.0
+    wired_reorder_pct: float = 0.0
     scheduler: str = Scheduler.PROPORTIONAL_FAIR.value
     seed: int = 1
     name: str | None = None
@@ -141,6 +148,16 @@ class ReplayConfig:
                 Shaping(self.wireline_rate)  # and what the wired bottleneck can shape
             except ValueError as e:
                 raise InputError(f"--wireline-rate: {e}") from None
+        try:
+            self.impairment()
+        except ValueError as e:
+            flag = {"delay_ms": "--wired-delay-ms", "jitter_ms": "--wired-jitter-ms", "loss_pct": "--wired-loss",
+                    "reorder_pct": "--wired-reorder"}
+            message = str(e)
+            for field_name, option in flag.items():
+                message = message.replace(f"Impairment.{field_name}", option).replace(f"give {field_name}",
+                                                                                      f"give {option}")
+            raise InputError(message) from None
         if self.scheduler not in {s.value for s in Scheduler}:
             raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(s.value for s in Scheduler)}")
         if self.load_timeout_s <= 0:
@@ -157,6 +174,12 @@ class ReplayConfig:
             raise InputError(f"--other-ues {len(self.other_ues)}: at most {MAX_OTHER_UES} (the cell holds "
                              f"{MAX_OTHER_UES + 1} UEs)")
 
+    def impairment(self) -> Impairment | None:
+        """netem's share of the wired link, or None when nothing is asked of it."""
+        impairment = Impairment(self.wired_delay_ms, self.wired_jitter_ms, self.wired_loss_pct,
+                                self.wired_reorder_pct)
+        return impairment if impairment.active else None
+
     def plan(self) -> list[tuple[int, str]]:
         """(round, scheme) of every load, schemes interleaved: A B C A B C …"""
         return [(r, s) for r in range(self.runs) for s in self.schemes]
@@ -168,11 +191,12 @@ class ReplayConfig:
         return round_ * (trace_duration_ms // self.runs)
 
 
-def _emulator_fields(config: ReplayConfig) -> dict[str, Any]:
-    """The emulator's config keys for ``config`` (beyond the topology's)."""
+def _emulator_fields(config: ReplayConfig, core_rtt_ms: float | None) -> dict[str, Any]:
+    """The emulator's config keys for ``config`` (beyond the topology's), with the core RTT
+    the run uses (``config.core_rtt_ms``, or more when a wired delay moved into it)."""
     fields: dict[str, Any] = {"seed": config.seed, "cell": {"scheduler": config.scheduler}}
-    if config.core_rtt_ms is not None:
-        half = config.core_rtt_ms / 2
+    if core_rtt_ms is not None:
+        half = core_rtt_ms / 2
         fields["delays"] = {"core_down_ms": half, "core_up_ms": half, "ignore_trace_core_delay": True}
     return fields
 
@@ -326,17 +350,19 @@ class Replay:
         topo = CellTopology(res, n_ues=1 + len(cfg.other_ues))
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
-        if cfg.wireline_rate is not None:
+        impairment, core_rtt_ms = self._wired_link(topo)
+        if cfg.wireline_rate is not None or impairment is not None:
             # The server moves to the wired side: a Mininet host behind the gateway, whose
-            # link to the core router is the TBF-shaped bottleneck.
-            server = topo.add_server(Shaping(cfg.wireline_rate))
+            # link to the core router is the TBF-shaped bottleneck (and netem's impairment).
+            server = topo.add_server(Shaping(cfg.wireline_rate) if cfg.wireline_rate else None,
+                                     impairment=impairment)
             server_ns, server_device, server_address = server.ns, server.device, server.address
         ue.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in UE_TCP_RMEM_BYTES))
         ue_settings: dict[str, Any] = {"trace": cfg.trace}
         if cfg.bs_buffer_bytes is not None:
             ue_settings["cell"] = {"queue_limit_bytes": cfg.bs_buffer_bytes}
         emu_config = EmulatorConfig.for_topology(topo, output_dir=self.run_dir.emulator_dir, ue=ue_settings,
-                                                 **_emulator_fields(cfg))
+                                                 **_emulator_fields(cfg, core_rtt_ms))
         emu = Emulator(res, emu_config).start()
         origin_unix_s = int(emu.ready["origin_unix_ns"]) / 1e9
 
@@ -382,6 +408,39 @@ class Replay:
         self.run_dir.write_manifest(emulator_counters=counters)
         # Each load kept its own slice; the whole-run feed is kept too, compressed.
         compress_in_place(emu.diag_path(0))
+
+    def _wired_link(self, topo: CellTopology) -> tuple[Impairment | None, float | None]:
+        """Probe netem once in the run's core namespace and decide how the wired link's
+        impairment is given: (netem's impairment or None, the core RTT for the emulator).
+        Without netem a delay moves into the emulator's core delay (said on the terminal and
+        in the manifest); jitter, loss and reordering, which only netem gives, are refused."""
+        cfg = self.config
+        probe = probe_netem(topo.core.ns)
+        wanted = cfg.impairment()
+        wired: dict[str, Any] = {"netem": probe.describe(), "impairment": wanted.describe() if wanted else None,
+                                 "via": "netem" if wanted and probe.available else None}
+        core_rtt_ms = cfg.core_rtt_ms
+        if wanted is not None and not probe.available:
+            if wanted.needs_netem_only:
+                options = {"jitter_ms": "--wired-jitter-ms", "loss_pct": "--wired-loss",
+                           "reorder_pct": "--wired-reorder"}
+                raise InputError(f"{', '.join(options[f] for f in wanted.needs_netem_only)}: only netem gives "
+                                 f"these and this kernel has no netem ({probe.detail}); run on a kernel with "
+                                 f"sch_netem (e.g. the Vagrant VM) or leave them out")
+            if core_rtt_ms is None and self.trace.get("core_delay_ms") is not None:
+                raise InputError(f"--wired-delay-ms without netem goes into the emulator's core delay, but the "
+                                 f"trace {cfg.trace} sets that per subframe: give --core-rtt-ms as well")
+            base_ms = core_rtt_ms if core_rtt_ms is not None else \
+                Delays().core_down_ms + Delays().core_up_ms
+            core_rtt_ms = base_ms + 2 * wanted.delay_ms
+            wired["via"] = "emulator core delay"
+            wired["core_rtt_ms"] = core_rtt_ms
+            self.on_event(ReplayEvent("warning", len(cfg.plan()), message=(
+                f"this kernel has no netem ({probe.detail}): the wired delay of {wanted.delay_ms:g} ms each way "
+                f"is added to the emulator's core delay (core RTT {core_rtt_ms:g} ms)")))
+            wanted = None
+        self.run_dir.write_manifest(wired_link=wired)
+        return wanted, core_rtt_ms
 
     def _start_background(self, res: Resources, topo: CellTopology, claw: ClawSettings) -> list[Background]:
         """Start the configured cross traffic and other UEs (their processes are on ``res``, so
