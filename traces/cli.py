@@ -85,19 +85,43 @@ def synth(preset: str | None, seconds: float, seed: int, bandwidth_mhz: float | 
 
 @trace.command(name="import")
 @click.argument("source", type=ExistingPath)
-@click.option("--from", "kind", type=click.Choice(["mahimahi", "decoder-csv"]), required=True,
-              help="Kind of SOURCE.")
-@click.option("--bandwidth-mhz", type=float, default=20.0, show_default=True,
-              help="Cell bandwidth to map a capacity trace onto.")
+@click.option("--from", "kind", type=click.Choice(["mahimahi", "decoder-csv", "mobileinsight",
+                                                   "falcon", "ngscope"]), required=True,
+              help="Kind of SOURCE: mobileinsight is a phone diag log (.mi2log/.qmdl); falcon "
+                   "and ngscope are control-channel decoder logs.")
+@click.option("--bandwidth-mhz", type=float, default=None,
+              help="Cell bandwidth. Default: 20, except falcon/ngscope: inferred from the "
+                   "largest assignment.")
 @click.option("--antennas", type=click.IntRange(1, 2), default=2, show_default=True)
+@click.option("--cell", type=click.IntRange(0, 7), default=0, show_default=True,
+              help="mobileinsight: serving cell to import (0 = PCell, 1.. = SCells).")
+@click.option("--dci", "dci_file", type=ExistingPath,
+              help="mobileinsight: a FALCON or NG-Scope log of the same cell, for the other "
+                   "users' RBs exactly (otherwise estimated from RSRQ).")
+@click.option("--rnti", type=click.IntRange(0, 65535),
+              help="falcon/ngscope: the UE's C-RNTI (default: the most active one).")
 @click.option("-o", "--output", type=PathArg, required=True, help="Output trace (.cbt or .csv).")
-def import_(source: Path, kind: str, bandwidth_mhz: float, antennas: int, output: Path) -> None:
-    """Import a Mahimahi delivery-opportunity trace or a decoder's per-subframe CSV."""
-    from clawbed.traces.importers import import_decoder_csv, import_mahimahi
+def import_(source: Path, kind: str, bandwidth_mhz: float | None, antennas: int, cell: int,
+            dci_file: Path | None, rnti: int | None, output: Path) -> None:
+    """Import a Mahimahi trace, a decoder's per-subframe CSV, a phone diag log or a DCI log."""
+    from clawbed.traces import importers
     from clawbed.traces.io import write_trace
 
-    reader = import_mahimahi if kind == "mahimahi" else import_decoder_csv
-    trace_ = reader(source, bandwidth_mhz=bandwidth_mhz, n_antennas=antennas)
+    if kind not in ("mobileinsight",) and (dci_file is not None or cell != 0):
+        raise InputError("--dci and --cell apply to --from mobileinsight only")
+    if kind not in ("falcon", "ngscope") and rnti is not None:
+        raise InputError("--rnti applies to --from falcon / ngscope only")
+    if kind in ("falcon", "ngscope"):
+        trace_ = importers.import_dci_log(source, kind=kind, bandwidth_mhz=bandwidth_mhz,
+                                          n_antennas=antennas, rnti=rnti)
+    else:
+        bw = 20.0 if bandwidth_mhz is None else bandwidth_mhz
+        if kind == "mobileinsight":
+            trace_ = importers.import_mobileinsight(source, bandwidth_mhz=bw, n_antennas=antennas,
+                                                    cell=cell, dci_path=dci_file)
+        else:
+            reader = importers.import_mahimahi if kind == "mahimahi" else importers.import_decoder_csv
+            trace_ = reader(source, bandwidth_mhz=bw, n_antennas=antennas)
     write_trace(trace_, output)
     mapping = trace_.metadata["provenance"].get("mapping", "")
     click.echo(f"wrote {output} ({trace_.duration_ms} subframes). {mapping}")

@@ -469,3 +469,27 @@ def import_decoder_csv(path: Path, *, bandwidth_mhz: float, n_antennas: int) -> 
                             description=f"imported from decoder CSV {path.name}")
     return make_trace(metadata, mcs=mcs[row], other_rbs=(cell - ue)[row], own_rbs=ue[row],
                       own_tbs_bits=tbs[row])
+
+
+# --- phone diag logs and control-channel (DCI) logs -----------------------------------------
+
+
+def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas: int = 2,
+                         cell: int = 0, dci_path: Path | None = None,
+                         dci_kind: str | None = None) -> Trace:
+    """Import a phone diag log (MobileInsight ``.mi2log``/``.qmdl``); rules in
+    :mod:`clawbed.traces.diaglog.importer` and in the trace's provenance."""
+    from clawbed.traces.diaglog.importer import import_mobileinsight as run
+
+    return run(path, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas, cell=cell,
+               dci_path=dci_path, dci_kind=dci_kind)
+
+
+def import_dci_log(path: Path, *, kind: str, bandwidth_mhz: float | None = None,
+                   n_antennas: int = 2, rnti: int | None = None) -> Trace:
+    """Import one UE of a FALCON (``kind="falcon"``) or NG-Scope (``"ngscope"``) log; rules
+    in :mod:`clawbed.traces.diaglog.dci` and in the trace's provenance."""
+    from clawbed.traces.diaglog.dci import import_dci
+
+    return import_dci(path, kind=kind, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas,
+                      rnti=rnti)

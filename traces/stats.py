@@ -96,6 +96,8 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "harq_fail_rate": harq,
         "two_layer_fraction": None if layers is None else round(float(np.mean(layers == 2)), 4),
         "mean_other_users": None if users is None else round(float(users.mean()), 3),
+        # Imported traces (diag and DCI logs) record what the input covered.
+        "coverage": trace.metadata.get("provenance", {}).get("coverage"),
     }
 
 
@@ -126,5 +128,19 @@ def render_summary(path: str | Path, summary: dict[str, Any]) -> None:
         lines.append(f"subframes with two layers: {s['two_layer_fraction']:.1%}")
     if s["mean_other_users"] is not None:
         lines.append(f"mean active other users: {s['mean_other_users']:.2f}")
+    cov = s.get("coverage")
+    if cov:
+        lines.append(f"coverage: {cov.get('subframes_with_data', 0)} of {cov.get('subframes', 0)} "
+                     f"subframes with data, UE scheduled in {cov.get('ue_scheduled_subframes', 0)}")
+        if "gaps" in cov:
+            longest = ", ".join(f"{n} ms at {t} ms" for t, n in cov["longest_gaps_ms"][:3])
+            lines.append(f"gaps (≥ {cov['gap_threshold_ms']} ms without data): {cov['gaps']}, "
+                         f"{cov['gap_ms_total']} ms in all" + (f"; longest: {longest}" if longest else ""))
+        for key, label in (("versions", "versions decoded"), ("unknown_versions", "unknown versions"),
+                           ("defects", "defects")):
+            if cov.get(key):
+                lines.append(f"{label}: " + ", ".join(f"{k} ×{v}" for k, v in cov[key].items()))
+        if cov.get("other_rbs"):
+            lines.append(f"other users' RBs: {cov['other_rbs']}")
     for line in lines:
         console.print(line)
