@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 from clawbed.errors import InputError
 from clawbed.files import atomic_write
-from clawbed.replay import content
+from clawbed.replay import content, mahimahi
+from clawbed.replay.mahimahi import RecordedPage
 
 Kind = Literal["html", "css", "js", "image", "font"]
 KINDS: tuple[Kind, ...] = ("html", "css", "js", "image", "font")
@@ -123,6 +124,11 @@ class Page:
     def max_depth(self) -> int:
         """The deepest dependency level (1: everything is referenced by the HTML)."""
         return max(o.depth for o in self.objects)
+
+    @property
+    def required_bytes(self) -> int:
+        """The body bytes a complete load fetches: every object's (a recorded page's may be fewer)."""
+        return self.total_bytes
 
     @property
     def root(self) -> WebObject:
@@ -242,11 +248,16 @@ NAMED_PAGES: dict[str, PageSpec] = {
 }
 
 
-def get_page(name: str, seed: int = 1) -> Page:
-    """The named page; ``seed`` varies the drawn objects (sizes and counts stay those of the name)."""
+def get_page(name: str, seed: int = 1) -> Page | RecordedPage:
+    """The named page; ``seed`` varies the drawn objects (sizes and counts stay those of the name).
+    ``mahimahi:DIR`` (or ``mahimahi:DIR@URL``): the site recorded by Mahimahi's ``mm-webrecord`` in
+    folder DIR (:mod:`clawbed.replay.mahimahi`; ``seed`` plays no part)."""
+    if name.startswith(mahimahi.PREFIX):
+        return mahimahi.page_from_spec(name[len(mahimahi.PREFIX):])
     spec = NAMED_PAGES.get(name)
     if spec is None:
-        raise InputError(f"unknown page {name!r}; named pages: {', '.join(NAMED_PAGES)}")
+        raise InputError(f"unknown page {name!r}; named pages: {', '.join(NAMED_PAGES)}, "
+                         f"or {mahimahi.PREFIX}DIR (a Mahimahi recording)")
     if name == "image-2mb":
         return Page(name, [WebObject("/index.html", "html", IMAGE_2MB_HTML_BYTES, None, 0),
                            WebObject("/image/001.jpg", "image", IMAGE_2MB_IMAGE_BYTES, "/index.html", 1)],

@@ -1,28 +1,47 @@
 """An owned nginx serving a materialized page over HTTPS (HTTP/2 or HTTP/1.1) in a namespace.
 
-Everything nginx uses lives in a directory of the run (config, self-signed certificate,
-pid, logs, temp paths), so several servers can run at once and nothing touches the system
-nginx. The server must never be the bottleneck of a replay: ``sendfile``, large output
-buffers, no compression (the bytes on the wire are the page's stated sizes), and
-``Cache-Control: no-store`` with no validators so a browser refetches every object.
+Everything nginx uses lives in a directory of the run (config, certificate, pid, logs, temp
+paths), so several servers can run at once and nothing touches the system nginx. The
+certificate is signed by the run's own CA (``<run dir>/ca/``, made once per run) and names the
+server's address and every host name it serves; :attr:`WebServer.access` tells a loader how to
+reach and trust the server (:class:`~clawbed.replay.loaders.ServerAccess`). The server must
+never be the bottleneck of a replay: ``sendfile``, large output buffers, no compression (the
+bytes on the wire are the page's stated sizes), and ``Cache-Control: no-store`` with no
+validators so a browser refetches every object.
+
+A site directory holding ``recorded-site.json`` (a recorded site, e.g. a Mahimahi recording
+materialized by :mod:`clawbed.replay.mahimahi`) is served as recorded: every recorded URL
+(scheme, host, port, path and query) with its recorded status, content type, headers and
+body bytes, on one address for every host name (HTTPS on 443, HTTP/2 or 1.1; plain HTTP/1.1 on
+80 for hosts recorded over HTTP); anything not recorded is a 404.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, socket_in_namespace
+from clawbed.replay.loaders.access import ServerAccess
+from clawbed.replay.mahimahi import SITE_FORMAT, SITE_INDEX
 
 #: How long nginx may take to accept connections after start, seconds.
 READY_TIMEOUT_S = 10.0
 
+#: How long the run's CA and the server's certificate are valid, days.
+CERT_DAYS = 30
+
 #: Access-log line: time (epoch s, ms resolution), request time (s), status, body bytes,
-#: total bytes sent, protocol, URI. One record per request.
-_LOG_FORMAT = '$msec $request_time $status $body_bytes_sent $bytes_sent $server_protocol "$request_uri"'
-_LOG_LINE = re.compile(r'^(\S+) (\S+) (\d+) (\d+) (\d+) (\S+) "(.*)"$')
+#: total bytes sent, protocol, scheme, host, server port, URI. One record per request.
+_LOG_FORMAT = ('$msec $request_time $status $body_bytes_sent $bytes_sent $server_protocol $scheme $host '
+               '$server_port "$request_uri"')
+_LOG_LINE = re.compile(r'^(\S+) (\S+) (\d+) (\d+) (\d+) (\S+) (\S+) (\S+) (\d+) "(.*)"$')
 
 _MIME_TYPES = {
     "text/html": "html htm",
@@ -45,7 +64,28 @@ class AccessRecord:
     body_bytes: int
     sent_bytes: int  # headers included
     protocol: str  # "HTTP/2.0" or "HTTP/1.1"
-    uri: str
+    uri: str  # path and query, as requested
+    scheme: str = "https"
+    host: str = ""  # the request's host name (lower case)
+    port: int = 443  # the server port it came to
+
+    @property
+    def url(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        return f"{self.scheme}://{self.host}{'' if self.port == default else f':{self.port}'}{self.uri}"
+
+
+def read_access_log(path: Path) -> list[AccessRecord]:
+    """Every request of an access log written by a :class:`WebServer`, oldest first."""
+    if not Path(path).exists():
+        return []
+    records = []
+    for line in Path(path).read_text(errors="replace").splitlines():
+        m = _LOG_LINE.match(line)
+        if m:
+            records.append(AccessRecord(float(m[1]), float(m[2]), int(m[3]), int(m[4]), int(m[5]), m[6],
+                                        m[10], m[7], m[8], int(m[9])))
+    return records
 
 
 class WebServer:
@@ -54,7 +94,8 @@ class WebServer:
     ``address`` must already be configured in ``ns`` (nginx binds to it). The process is
     owned by ``res``: it is stopped by PID when the run's resources close (or by
     :meth:`close`). Run files go to ``<run dir>/web-<address>-<port>``, the run dir being the
-    folder of the ledger.
+    folder of the ledger. A recorded site (``site_dir/recorded-site.json``) is served under
+    its host names, all on ``address``.
     """
 
     def __init__(self, res: Resources, ns: Namespace, site_dir: Path, address: str,
@@ -65,14 +106,19 @@ class WebServer:
             raise ResourceError(f"web server: site directory {site_dir} does not exist")
         self.ns, self.address, self.port, self.http_version = ns, address, port, http_version
         self.site_dir = Path(site_dir).resolve()
+        self.site = _read_site(self.site_dir)
+        self.hosts: tuple[str, ...] = tuple(self.site["hosts"]) if self.site else ()
         self.dir = (res.ledger.path.parent / f"web-{address}-{port}").resolve()
+        self.ca_dir = (res.ledger.path.parent / "ca").resolve()
         for sub in ("logs", "temp"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         self.conf = self.dir / "nginx.conf"
         self.error_log = self.dir / "logs" / "error.log"
         self.access_log = self.dir / "logs" / "access.log"
         self._make_certificate()
-        self.conf.write_text(self._config())
+        self.access = ServerAccess(address=address, hosts=self.hosts, ca_cert=str(self.ca_cert),
+                                   spki_sha256=self.spki_sha256)
+        self.conf.write_bytes(self._config().encode("latin-1"))
         argv = ["nginx", "-c", str(self.conf), "-p", str(self.dir), "-e", str(self.error_log)]
         test = ns.run([*argv, "-t"], check=False)
         if test.returncode != 0:
@@ -82,20 +128,52 @@ class WebServer:
                                               log_path=self.dir / "logs" / "stderr.log")
         self._wait_ready()
 
+    # -- certificates -------------------------------------------------------------------------
+
+    def _openssl(self, *argv: str) -> str:
+        return self.ns.run(["openssl", *argv]).stdout
+
     def _make_certificate(self) -> None:
-        """A self-signed P-256 certificate for the address (loaders skip verification, but a
-        matching name keeps the handshake what a real one would be)."""
+        """The run's CA (made by the run's first server) and this server's P-256 certificate
+        signed by it, naming the address and every host name served. Loaders verify against
+        the CA (h2) or pin the certificate's key (Chromium)."""
+        self.ca_cert, ca_key = self.ca_dir / "ca.pem", self.ca_dir / "ca-key.pem"
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        if not (self.ca_cert.exists() and ca_key.exists()):
+            self.ca_dir.mkdir(parents=True, exist_ok=True)
+            ca_conf = self.ca_dir / "ca.cnf"
+            ca_conf.write_text("[req]\ndistinguished_name = dn\nprompt = no\nx509_extensions = ca\n"
+                               f"[dn]\nCN = clawbed replay CA {self.ca_dir.parent.name}\n"
+                               "[ca]\nbasicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign, cRLSign\n"
+                               "subjectKeyIdentifier = hash\nauthorityKeyIdentifier = keyid:always\n")
+            self._openssl("req", "-x509", *ec, "-keyout", str(ca_key), "-out", str(self.ca_cert),
+                          "-days", str(CERT_DAYS), "-config", str(ca_conf))
         self.cert, self.key = self.dir / "cert.pem", self.dir / "key.pem"
-        if self.cert.exists() and self.key.exists():
-            return
-        self.ns.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                     "-nodes", "-keyout", str(self.key), "-out", str(self.cert), "-days", "7",
-                     "-subj", "/CN=clawbed-replay", "-addext", f"subjectAltName=IP:{self.address}"])
+        csr, leaf_conf = self.dir / "cert.csr", self.dir / "cert.cnf"
+        names = [f"IP.1 = {self.address}"] + [f"DNS.{i + 1} = {h}" for i, h in enumerate(self.hosts)]
+        leaf_conf.write_text("[req]\ndistinguished_name = dn\nprompt = no\n[dn]\nCN = clawbed-replay\n"
+                             "[leaf]\nbasicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
+                             "extendedKeyUsage = serverAuth\nsubjectKeyIdentifier = hash\n"
+                             "authorityKeyIdentifier = keyid, issuer\nsubjectAltName = @names\n"
+                             "[names]\n" + "\n".join(names) + "\n")
+        self._openssl("req", "-new", *ec, "-keyout", str(self.key), "-out", str(csr), "-config", str(leaf_conf))
+        self._openssl("x509", "-req", "-in", str(csr), "-CA", str(self.ca_cert), "-CAkey", str(ca_key),
+                      "-set_serial", str(secrets.randbits(63)), "-days", str(CERT_DAYS), "-out", str(self.cert),
+                      "-extfile", str(leaf_conf), "-extensions", "leaf")
+        pem = self._openssl("x509", "-in", str(self.cert), "-pubkey", "-noout")
+        der = base64.b64decode("".join(line for line in pem.splitlines() if not line.startswith("-----")))
+        #: base64 SHA-256 of the certificate's SubjectPublicKeyInfo (what Chromium pins).
+        self.spki_sha256 = base64.b64encode(hashlib.sha256(der).digest()).decode()
+
+    # -- configuration ------------------------------------------------------------------------
 
     def _config(self) -> str:
-        listen = f"{self.address}:{self.port} ssl" + (" http2" if self.http_version == "2" else "")
-        types = "\n".join(f"        {mime} {exts};" for mime, exts in _MIME_TYPES.items())
         temp = self.dir / "temp"
+        if self.site:
+            types, servers = _recorded_config(self, self.site)
+        else:
+            types = "\n".join(f"        {mime} {exts};" for mime, exts in _MIME_TYPES.items())
+            servers = self._page_server()
         return f"""# Written by clawbed.replay.webserver for one run; started with nginx -c/-p/-e.
 daemon off;
 # Workers read the run's site directory, which may sit in directories only root can enter.
@@ -108,7 +186,6 @@ http {{
     types {{
 {types}
     }}
-    default_type application/octet-stream;
     log_format clawbed '{_LOG_FORMAT}';
     access_log {self.access_log} clawbed;
     client_body_temp_path {temp}/client;
@@ -125,23 +202,35 @@ http {{
     gzip off;
     keepalive_timeout 120s;
     keepalive_requests 100000;
-    server {{
-        listen {listen};
-        ssl_certificate {self.cert};
+{servers}
+}}
+"""
+
+    def _tls(self) -> str:
+        return f"""        ssl_certificate {self.cert};
         ssl_certificate_key {self.key};
         ssl_protocols TLSv1.2 TLSv1.3;
         # Each load is a fresh client: no session resumption, every load a full handshake.
         ssl_session_cache off;
-        ssl_session_tickets off;
+        ssl_session_tickets off;"""
+
+    def _listen(self, port: int, tls: bool) -> str:
+        if not tls:
+            return f"        listen {self.address}:{port};"
+        return f"        listen {self.address}:{port} ssl" + (" http2;" if self.http_version == "2" else ";")
+
+    def _page_server(self) -> str:
+        return f"""    default_type application/octet-stream;
+    server {{
+{self._listen(self.port, True)}
+{self._tls()}
         root {self.site_dir};
         # Every load must fetch every byte: no caching, no validators for revalidation.
         etag off;
         if_modified_since off;
         add_header Cache-Control "no-store" always;
         location / {{ try_files $uri =404; }}
-    }}
-}}
-"""
+    }}"""
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -171,21 +260,16 @@ http {{
         return " | ".join(lines[-n_lines:]) or "(no error log)"
 
     def url(self, path: str = "/") -> str:
-        """The URL of ``path`` (e.g. ``/index.html``) on this server."""
+        """The URL of ``path`` (e.g. ``/index.html``) on this server; an absolute URL (a
+        recorded site's) is returned as is: :attr:`access` resolves its host to this server."""
+        if path.startswith(("http://", "https://")):
+            return path
         host = f"{self.address}" if self.port == 443 else f"{self.address}:{self.port}"
         return f"https://{host}/{path.lstrip('/')}"
 
     def requests(self) -> list[AccessRecord]:
         """Every request logged so far, oldest first."""
-        if not self.access_log.exists():
-            return []
-        records = []
-        for line in self.access_log.read_text(errors="replace").splitlines():
-            m = _LOG_LINE.match(line)
-            if m:
-                records.append(AccessRecord(float(m[1]), float(m[2]), int(m[3]), int(m[4]),
-                                            int(m[5]), m[6], m[7]))
-        return records
+        return read_access_log(self.access_log)
 
     def alive(self) -> bool:
         return self.proc.alive()
@@ -193,3 +277,147 @@ http {{
     def close(self) -> None:
         """Stop nginx (by PID; its workers exit with it)."""
         self.proc.close()
+
+
+# -- recorded sites ---------------------------------------------------------------------------
+
+def _read_site(site_dir: Path) -> dict | None:
+    """The index of a recorded site in ``site_dir``, or None for a page's plain files."""
+    path = site_dir / SITE_INDEX
+    if not path.exists():
+        return None
+    try:
+        site = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResourceError(f"web server: cannot read the recorded site's index {path}: {e}") from e
+    if not isinstance(site, dict) or site.get("format") != SITE_FORMAT:
+        raise ResourceError(f"web server: {path} is not a {SITE_FORMAT} index")
+    return site
+
+
+def _q(text: str) -> str:
+    """``text`` as a double-quoted nginx string (read literally)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _qv(text: str) -> str:
+    """``text`` as a quoted nginx value that may hold variables: a literal ``$`` comes from
+    ``$cb_dollar`` (a geo variable, whose value nginx never interprets)."""
+    return _q(text.replace("$", "${cb_dollar}"))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _site_key(obj: dict) -> str:
+    """What the request of a recorded object looks like to nginx's ``$cb_object`` map."""
+    return f"{obj['scheme']}://{obj['host']}:{obj['port']}{obj['target']}"
+
+
+def _recorded_config(web: WebServer, site: dict) -> tuple[str, str]:
+    """(``types`` block body, the rest of the ``http`` block) serving a recorded site.
+
+    One ``map`` names the object of each request (``$scheme://$host:$server_port$request_uri``;
+    nginx compares map keys case-insensitively), further maps give its treatment, body file,
+    redirect target, content type and each replayed header. A body with a 2xx status is the
+    file served as 200; other statuses are a ``return`` of the recorded code (redirects to the
+    recorded ``Location``; a recorded body goes with an error status through ``error_page``).
+    nginx sets no content type of its own (no ``types``, an empty ``default_type``): the
+    recorded one is added with the other recorded headers."""
+    objects: list[tuple[str, dict]] = []  # (id, object)
+    seen: set[str] = set()
+    for n, obj in enumerate(site["objects"]):
+        key = _site_key(obj)
+        if key.lower() in seen:
+            continue
+        seen.add(key.lower())
+        objects.append((f"o{n}", obj))
+    listens: dict[int, bool] = {web.port: True}
+    for _, obj in objects:
+        tls = obj["scheme"] == "https"
+        if listens.setdefault(int(obj["port"]), tls) != tls:
+            raise ResourceError(f"web server: the recorded site has port {obj['port']} with both http and https")
+
+    treatment: list[str] = []
+    files, locations, types = [], [], []
+    header_vars: dict[tuple[str, int], str] = {}
+    header_names: dict[tuple[str, int], str] = {}
+    header_values: dict[str, list[str]] = {}
+    redirects, bodiless, error_bodies = set(), set(), set()
+    for oid, obj in objects:
+        status, served = int(obj["status"]), obj["served"]
+        if served == "redirect":
+            redirects.add(status)
+            serve = f"r{status}"
+            locations.append(f"        {oid} {_qv(obj['location'])};")
+        elif served == "empty":
+            bodiless.add(status)
+            serve = f"e{status}"
+        elif status >= 300:
+            error_bodies.add(status)
+            serve = f"b{status}"
+        else:
+            serve = "ok"  # 2xx with a body: the file, as 200
+        treatment.append(f"        {oid} {serve};")
+        if obj.get("file"):
+            files.append(f"        {oid} {_q(obj['file'])};")
+        if obj.get("content_type"):
+            types.append(f"        {oid} {_qv(obj['content_type'])};")
+        counts: dict[str, int] = {}
+        for name, value in obj["headers"]:
+            low = name.lower()
+            nth = counts.get(low, 0)
+            counts[low] = nth + 1
+            var = header_vars.setdefault((low, nth), f"$cb_h{len(header_vars)}")
+            header_names.setdefault((low, nth), name)
+            header_values.setdefault(var, []).append(f"        {oid} {_qv(value)};")
+
+    longest = max((len(k) for k in seen), default=0)
+    maps = [f"    map_hash_bucket_size {min(_pow2(longest + 64), 65536)};",
+            f"    map_hash_max_size {max(2048, _pow2(4 * len(objects)))};",
+            "    geo $cb_dollar { default \"$\"; }",
+            '    map "$scheme://$host:$server_port$request_uri" $cb_object {\n        default "";\n'
+            + "\n".join(f"        {_q(_site_key(o))} {oid};" for oid, o in objects) + "\n    }"]
+
+    def by_object(var: str, lines: list[str]) -> str:
+        return f'    map $cb_object {var} {{\n        default "";\n' + "\n".join(lines) + "\n    }"
+
+    maps += [by_object("$cb_serve", treatment), by_object("$cb_file", files),
+             by_object("$cb_location", locations), by_object("$cb_type", types)]
+    maps += [by_object(var, lines) for var, lines in header_values.items()]
+    adds = ["        add_header Content-Type $cb_type always;"]
+    adds += [f"        add_header {_q(header_names[key])} {var} always;" for key, var in header_vars.items()]
+    returns = ['            if ($cb_serve = "") { return 404; }']
+    returns += [f"            if ($cb_serve = r{c}) {{ return {c} $cb_location; }}" for c in sorted(redirects)]
+    returns += [f"            if ($cb_serve = e{c}) {{ return {c}; }}" for c in sorted(bodiless)]
+    returns += [f"            if ($cb_serve = b{c}) {{ return {c}; }}" for c in sorted(error_bodies)]
+    error_page = (f"        error_page {' '.join(str(c) for c in sorted(error_bodies))} @cb_body;\n"
+                  if error_bodies else "")
+    listen = "\n".join(web._listen(port, tls) for port, tls in sorted(listens.items()))
+    server = f"""    default_type "";
+    # Long recorded URLs: request lines and HTTP/2 header fields up to 64 KiB.
+    large_client_header_buffers 4 64k;
+{chr(10).join(maps)}
+    server {{
+{listen}
+        server_name _;
+{web._tls()}
+        root {web.site_dir};
+        # Every load must fetch every byte: no caching, no validators for revalidation.
+        etag off;
+        if_modified_since off;
+        add_header Last-Modified "" always;  # an empty value removes the file's date
+        # Redirects go to the recorded Location as it was written.
+        absolute_redirect off;
+        add_header Cache-Control "no-store" always;
+        # Every object's size and timing visible to the page (Resource Timing), on any host.
+        add_header Timing-Allow-Origin "*" always;
+{chr(10).join(adds)}
+{error_page}        location / {{
+{chr(10).join(returns)}
+            try_files $cb_file =404;
+        }}
+        location @cb_body {{ try_files $cb_file =404; }}
+    }}"""
+    return "", server

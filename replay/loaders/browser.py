@@ -1,8 +1,9 @@
 """Load a page in headless Chromium (Debian's, driven by Playwright) and print a LoadResult.
 
 Run inside the UE namespace: ``python -m clawbed.replay.loaders.browser URL [--timeout-s S]
-[--http1]``. Every load is a fresh browser with a fresh profile and the memory cache
-disabled through CDP, so every object is fetched in full. PLT comes from the Navigation
+[--http1] [--resolve HOST=ADDRESS …] [--cert-spki HASH] [--ca-cert PEM]``. Every load is a
+fresh browser with a fresh profile and the memory cache disabled through CDP, so every object
+is fetched in full. PLT comes from the Navigation
 Timing Level 2 entry (loadEventEnd − startTime), objects from Resource Timing.
 """
 
@@ -16,17 +17,37 @@ import time
 from types import FrameType
 
 from clawbed.replay.loaders.result import LoadResult, ObjectTiming
+from clawbed.replay.loaders.access import parse_resolve
 
 CHROMIUM = "/usr/bin/chromium"
 
-#: Chromium flags: no sandbox (root in a namespace), no GPU, accept the self-signed
-#: certificate, and no traffic of the browser's own (the machine's network is closed and
-#: background requests would disturb the measurement); no QUIC, as the server speaks TCP.
+#: Chromium flags: no sandbox (root in a namespace), no GPU, and no traffic of the browser's
+#: own (the machine's network is closed and background requests would disturb the
+#: measurement); no QUIC, as the server speaks TCP. The server's certificate is accepted by
+#: its key (``--cert-spki``: :func:`certificate_flags`), else any certificate is.
 CHROMIUM_FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--ignore-certificate-errors",
+    "--no-sandbox", "--disable-gpu",
     "--disable-background-networking", "--disable-component-update", "--no-first-run",
     "--disable-sync", "--disable-quic",
 ]
+
+
+def certificate_flags(spki_sha256: str | None) -> list[str]:
+    """Accept the server's certificate by its public key (base64 SHA-256 of its
+    SubjectPublicKeyInfo; Chromium honours this with a profile folder, which every load has),
+    or, without one, any certificate."""
+    if spki_sha256:
+        return [f"--ignore-certificate-errors-spki-list={spki_sha256}"]
+    return ["--ignore-certificate-errors"]
+
+
+def resolver_flags(resolve: dict[str, str]) -> list[str]:
+    """Resolve each host name to its address and no other name at all (a recorded page's
+    references to hosts it does not hold fail at once instead of waiting on DNS)."""
+    if not resolve:
+        return []
+    rules = [f"MAP {host} {address}" for host, address in sorted(resolve.items())] + ["MAP * ~NOTFOUND"]
+    return ["--host-resolver-rules=" + ", ".join(rules)]
 
 #: Collects the measurement once the load event has ended. Sizes: encodedBodySize is the
 #: body as received (the server does not compress); transferSize is 0 only for a cache hit.
@@ -37,25 +58,31 @@ _COLLECT_JS = """() => {
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);
   const one = e => ({url: e.name, start_ms: e.startTime, end_ms: e.responseEnd,
                      bytes: e.encodedBodySize, transfer: e.transferSize,
-                     protocol: e.nextHopProtocol, status: e.responseStatus});
+                     protocol: e.nextHopProtocol, status: e.responseStatus, initiator: e.initiatorType});
   const failedFonts = Array.from(document.fonts).filter(f => f.status === 'error').map(f => f.family);
+  const icons = [new URL('/favicon.ico', document.baseURI).href,
+                 ...Array.from(document.querySelectorAll('link[rel~="icon" i]')).map(l => l.href)];
   return {plt_ms: nav.loadEventEnd - nav.startTime, load_ended: nav.loadEventEnd > 0,
           protocol: nav.nextHopProtocol, objects: [one(nav), ...res.map(one)],
-          broken_images: brokenImages, failed_fonts: failedFonts};
+          broken_images: brokenImages, failed_fonts: failedFonts, icons: icons};
 }"""
 
 
-def load(url: str, timeout_s: float, http1: bool) -> LoadResult:
-    """One cold load of ``url``; failures become ``ok=False`` with the reason."""
+def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None = None,
+         spki_sha256: str | None = None) -> LoadResult:
+    """One cold load of ``url``; failures become ``ok=False`` with the reason. ``resolve``:
+    host names → the server's address; ``spki_sha256``: the server certificate's key."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    flags = CHROMIUM_FLAGS + (["--disable-http2"] if http1 else [])
+    flags = (CHROMIUM_FLAGS + certificate_flags(spki_sha256) + resolver_flags(resolve or {})
+             + (["--disable-http2"] if http1 else []))
     notes: list[str] = []
     result = LoadResult(ok=False, loader="browser", url=url, notes=notes)
     with tempfile.TemporaryDirectory(prefix="clawbed-chromium-") as profile, sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=flags, ignore_https_errors=True)
+            profile, executable_path=CHROMIUM, headless=True, args=flags,
+            ignore_https_errors=not spki_sha256)
         try:
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             cdp = ctx.new_cdp_session(page)
@@ -90,7 +117,10 @@ def load(url: str, timeout_s: float, http1: bool) -> LoadResult:
         notes += [f"font not decoded: {f}" for f in data["failed_fonts"]]
         notes += [f"served from cache: {o['url']}" for o in data["objects"]
                   if o["transfer"] == 0 and o["bytes"] > 0]
-        bad = [f"{o['url']} ({o['status']})" for o in data["objects"] if o["status"] >= 400]
+        # The browser's own favicon fetch is not the page's: a missing one is noted, not a failure.
+        favicon = [o for o in data["objects"] if o["initiator"] == "other" and o["url"] in data["icons"]]
+        notes += [f"favicon not loaded: {o['url']} ({o['status']})" for o in favicon if o["status"] >= 400]
+        bad = [f"{o['url']} ({o['status']})" for o in data["objects"] if o["status"] >= 400 and o not in favicon]
         if result.error is None and response is not None:
             if bad:
                 result.error = f"HTTP errors: {', '.join(bad[:5])}"
@@ -111,11 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="load timeout, seconds")
     parser.add_argument("--http1", action="store_true", help="disable HTTP/2 in the browser")
+    parser.add_argument("--resolve", action="append", metavar="HOST=ADDRESS",
+                        help="resolve HOST to ADDRESS (repeatable); with any, other names do not resolve")
+    parser.add_argument("--cert-spki", help="accept only the certificate with this key (base64 SHA-256 of its SPKI)")
+    parser.add_argument("--ca-cert", help="the server's CA (the h2 loader verifies with it; unused here)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     started = time.monotonic()
     try:
-        result = load(args.url, args.timeout_s, args.http1)
+        result = load(args.url, args.timeout_s, args.http1, parse_resolve(args.resolve), args.cert_spki)
     except Exception as e:  # a worker always answers with one line, whatever broke
         result = LoadResult(ok=False, loader="browser", url=args.url,
                             error=f"browser loader failed after {time.monotonic() - started:.1f} s: "
