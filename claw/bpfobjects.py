@@ -3,8 +3,8 @@ program attached to a device, and the BPF object files' build.
 
 Each class creates exactly one thing and its :meth:`close` removes exactly that, in the
 style of :mod:`clawbed.netns`; with a ledger, each thing is recorded before it is created,
-and :func:`cleanup_entry` (registered with :func:`clawbed.netns.register_cleanup` for the
-kinds ``bpffs``, ``bpf-pin`` and ``tc-filter``) removes what a killed run left:
+and :func:`clawbed.netns.cleanup_from_ledger` removes what a killed run left (the ledger
+knows how to undo each kind it records: ``bpffs``, ``bpf-pin``, ``tc-filter``):
 
 - :class:`BpffsMount` — a bpffs mounted on a directory of the run's own (mount source and
   directory named ``cb<run id><role>``). Pins live there rather than under ``/sys/fs/bpf``,
@@ -30,14 +30,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from clawbed.netns import Ledger, ResourceError, Resources, register_cleanup
+from clawbed.netns import Ledger, ResourceError, Resources, remove_tc_filter, tc_in, unlink_pin, unmount_bpffs
 from clawbed.paths import REPO_ROOT
-
-BPF_FS_MAGIC = 0xCAFE4A11
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def objects_dir() -> Path:
@@ -64,25 +61,6 @@ def record(ledger: Ledger | None, kind: str, name: str, **extra: object) -> None
     """Record a thing about to be created in ``ledger`` (none: nothing to record)."""
     if ledger is not None:
         ledger.record(kind, name, **extra)
-
-
-def unlink_pin(path: Path) -> bool:
-    """Remove a pin; False when it was already gone."""
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False
-    except OSError as e:
-        raise ResourceError(f"removing BPF pin {path}: {e.strerror}") from e
-
-
-def _statfs_type(path: Path) -> int:
-    buf = ctypes.create_string_buffer(120)  # struct statfs; f_type is its first long
-    if _libc.statfs(os.fsencode(str(path)), buf) != 0:
-        err = ctypes.get_errno()
-        raise ResourceError(f"statfs {path}: {os.strerror(err)}")
-    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
 class BpffsMount:
@@ -124,19 +102,6 @@ class BpffsMount:
         self._remove_dir()
 
 
-def unmount_bpffs(path: Path) -> bool:
-    """Unmount the bpffs at ``path`` if one is mounted there; True when one was."""
-    try:
-        if not os.path.ismount(path) or _statfs_type(path) != BPF_FS_MAGIC:
-            return False
-    except ResourceError:
-        return False
-    if _libc.umount2(os.fsencode(str(path)), 0) != 0:
-        err = ctypes.get_errno()
-        raise ResourceError(f"unmounting the bpffs on {path}: {os.strerror(err)}")
-    return True
-
-
 def mount_bpffs(res: Resources, parent: Path, role: str = "bp") -> BpffsMount:
     """A bpffs named ``cb<run id><role>``, mounted on ``parent/cb<run id><role>``, for the
     life of ``res``."""
@@ -144,10 +109,6 @@ def mount_bpffs(res: Resources, parent: Path, role: str = "bp") -> BpffsMount:
     mount = BpffsMount(Path(parent) / name, name, ledger=res.ledger)
     res.callback(mount.close)
     return mount
-
-
-def _tc(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True, timeout=30)
 
 
 class TcProgram:
@@ -160,7 +121,7 @@ class TcProgram:
         if direction not in ("ingress", "egress"):
             raise ValueError(f"tc direction must be ingress or egress, not {direction!r}")
         self.netns, self.device, self.direction, self.pref = netns, device, direction, pref
-        shown = _tc(netns, "qdisc", "show", "dev", device)
+        shown = tc_in(netns, "qdisc", "show", "dev", device)
         if shown.returncode != 0:
             raise ResourceError(f"in namespace {netns}: tc qdisc show dev {device}: {shown.stderr.strip()}")
         self._added_qdisc = "clsact" not in shown.stdout
@@ -172,7 +133,7 @@ class TcProgram:
                           "bpf", "object-pinned", str(prog_pin), "direct-action"]):
                 if args is None:
                     continue
-                done = _tc(netns, *args)
+                done = tc_in(netns, *args)
                 if done.returncode != 0:
                     raise ResourceError(f"in namespace {netns}: tc {' '.join(args)}: {done.stderr.strip()}")
         except ResourceError:
@@ -184,23 +145,6 @@ class TcProgram:
             return
         self._closed = True
         remove_tc_filter(self.netns, self.device, self.direction, self.pref, self._added_qdisc)
-
-
-def remove_tc_filter(netns: str, device: str, direction: str, pref: int, qdisc: bool) -> bool:
-    """Delete our filter (and the qdisc if we added it); False when the device is gone."""
-    probe = _tc(netns, "qdisc", "show", "dev", device)
-    if probe.returncode != 0 or "clsact" not in probe.stdout:
-        return False  # namespace, device or qdisc gone: the filter went with it
-    done = _tc(netns, "filter", "del", "dev", device, direction, "pref", str(pref))
-    if done.returncode != 0 and "Cannot find" not in done.stderr:
-        raise ResourceError(f"in namespace {netns}: deleting tc {direction} filter pref {pref} on "
-                            f"{device}: {done.stderr.strip()}")
-    if qdisc:
-        done = _tc(netns, "qdisc", "del", "dev", device, "clsact")
-        if done.returncode != 0 and "Cannot find" not in done.stderr:
-            raise ResourceError(f"in namespace {netns}: deleting the clsact qdisc of {device}: "
-                                f"{done.stderr.strip()}")
-    return True
 
 
 def device_l2_len(netns: str, device: str) -> int:
@@ -219,27 +163,3 @@ def device_l2_len(netns: str, device: str) -> int:
                         "handle Ethernet and TUN (no link-layer header) devices")
 
 
-def cleanup_entry(entry: dict) -> str | None:
-    """Undo one ledger entry of this module left by a killed run; what was removed, or None.
-
-    For :func:`clawbed.netns.cleanup_from_ledger` (kinds ``bpffs``, ``bpf-pin``,
-    ``tc-filter``); entries are visited newest first, so pins go before their mount.
-    """
-    kind, name = entry.get("kind"), entry.get("name", "")
-    if kind == "tc-filter":
-        if remove_tc_filter(entry["netns"], name, entry["direction"], int(entry["pref"]), bool(entry.get("qdisc"))):
-            return f"tc {entry['direction']} filter on {name} in {entry['netns']}"
-        return None
-    if kind == "bpf-pin":
-        return f"BPF pin {name}" if unlink_pin(Path(name)) else None
-    if kind == "bpffs":
-        path = Path(entry["path"])
-        if unmount_bpffs(path):
-            with contextlib.suppress(OSError):
-                path.rmdir()
-            return f"bpffs {name} on {path}"
-        return None
-    return None
-
-
-register_cleanup(("bpffs", "bpf-pin", "tc-filter"), cleanup_entry)

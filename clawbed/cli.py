@@ -56,8 +56,6 @@ def cleanup(target: Path) -> None:
     TARGET is a run directory (its ``ledger.jsonl``) or a ledger file. Only what the ledger
     records and still exists is removed: namespaces, links and the processes it started.
     """
-    # Importing the BPF loader registers the cleanup of the kinds it records (pins, mounts, qdiscs).
-    import clawbed.claw.server.loader  # noqa: F401
     from clawbed.netns import cleanup_from_ledger
 
     ledger = target / "ledger.jsonl" if target.is_dir() else target

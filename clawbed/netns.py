@@ -317,28 +317,128 @@ class Resources(contextlib.ExitStack):
                            signal=stop_signal.name)
 
 
-#: Ledger kinds that other modules know how to undo (BPF pins, mounts, qdiscs, ...): each
-#: handler takes the entry and returns what it removed, or None when nothing was left.
-CLEANUP_HANDLERS: dict[str, Callable[[dict], str | None]] = {}
+#: What a namespace's default congestion control goes back to when it was the run's own and
+#: nothing else is known: reno is the one CC every namespace may always default to (the
+#: kernel marks it non-restricted).
+FALLBACK_CC = "reno"
+BPF_FS_MAGIC = 0xCAFE4A11
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
-def register_cleanup(kinds: Sequence[str], handler: Callable[[dict], str | None]) -> None:
-    """Let :func:`cleanup_from_ledger` undo ledger entries of ``kinds`` through ``handler``."""
-    for kind in kinds:
-        CLEANUP_HANDLERS[kind] = handler
+def unlink_pin(path: Path) -> bool:
+    """Remove a pin; False when it was already gone."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise ResourceError(f"removing BPF pin {path}: {e.strerror}") from e
+
+
+def _statfs_type(path: Path) -> int:
+    buf = ctypes.create_string_buffer(120)  # struct statfs; f_type is its first long
+    if _libc.statfs(os.fsencode(str(path)), buf) != 0:
+        err = ctypes.get_errno()
+        raise ResourceError(f"statfs {path}: {os.strerror(err)}")
+    return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
+
+
+def unmount_bpffs(path: Path) -> bool:
+    """Unmount the bpffs at ``path`` if one is mounted there; True when one was."""
+    try:
+        if not os.path.ismount(path) or _statfs_type(path) != BPF_FS_MAGIC:
+            return False
+    except ResourceError:
+        return False
+    if _libc.umount2(os.fsencode(str(path)), 0) != 0:
+        err = ctypes.get_errno()
+        raise ResourceError(f"unmounting the bpffs on {path}: {os.strerror(err)}")
+    return True
+
+
+def tc_in(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True, timeout=30)
+
+
+def remove_tc_filter(netns: str, device: str, direction: str, pref: int, qdisc: bool) -> bool:
+    """Delete our filter (and the qdisc if we added it); False when the device is gone."""
+    probe = tc_in(netns, "qdisc", "show", "dev", device)
+    if probe.returncode != 0 or "clsact" not in probe.stdout:
+        return False  # namespace, device or qdisc gone: the filter went with it
+    done = tc_in(netns, "filter", "del", "dev", device, direction, "pref", str(pref))
+    if done.returncode != 0 and "Cannot find" not in done.stderr:
+        raise ResourceError(f"in namespace {netns}: deleting tc {direction} filter pref {pref} on "
+                            f"{device}: {done.stderr.strip()}")
+    if qdisc:
+        done = tc_in(netns, "qdisc", "del", "dev", device, "clsact")
+        if done.returncode != 0 and "Cannot find" not in done.stderr:
+            raise ResourceError(f"in namespace {netns}: deleting the clsact qdisc of {device}: "
+                                f"{done.stderr.strip()}")
+    return True
+
+
+def _restore_cc_default(entry: dict) -> str | None:
+    """A ``cc-default`` entry: the namespace's default CC back from the run's to the previous."""
+    name = entry.get("name", "")
+    if not Path(f"/var/run/netns/{name}").exists():
+        return None
+    ns_cmd = ["ip", "netns", "exec", name, "sh", "-c"]
+    current = subprocess.run([*ns_cmd, "cat /proc/sys/net/ipv4/tcp_congestion_control"],
+                             capture_output=True, text=True)
+    if current.stdout.strip() != entry.get("cc"):
+        return None
+    previous = entry.get("previous") or FALLBACK_CC
+    previous = FALLBACK_CC if previous == entry.get("cc") else previous
+    subprocess.run([*ns_cmd, f"echo {previous} > /proc/sys/net/ipv4/tcp_congestion_control"],
+                   capture_output=True, text=True)
+    return f"default congestion control of {name} ({entry.get('cc')} -> {previous})"
+
+
+def undo_entry(entry: dict) -> str | None:
+    """Undo one ledger entry of a BPF or tc kind left by a killed run; what was removed, or
+    None when nothing was left. Entries are visited newest first (:func:`cleanup_from_ledger`),
+    so pins go before their mount and a namespace's default CC is restored before the CC's
+    link is unpinned."""
+    kind, name = entry.get("kind"), entry.get("name", "")
+    if kind == "tc-filter":
+        if remove_tc_filter(entry["netns"], name, entry["direction"], int(entry["pref"]), bool(entry.get("qdisc"))):
+            return f"tc {entry['direction']} filter on {name} in {entry['netns']}"
+        return None
+    if kind == "bpf-pin":
+        return f"BPF pin {name}" if unlink_pin(Path(name)) else None
+    if kind == "bpffs":
+        path = Path(entry["path"])
+        if unmount_bpffs(path):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return f"bpffs {name} on {path}"
+        return None
+    if kind == "struct_ops":
+        pin = Path(entry["pin"])
+        return f"struct_ops {name} (link {pin})" if unlink_pin(pin) else None
+    if kind == "cc-default":
+        return _restore_cc_default(entry)
+    return None
+
+
+#: The kinds :func:`undo_entry` undoes (the others: processes, links, namespaces).
+BPF_AND_TC_KINDS = frozenset({"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default"})
 
 
 def cleanup_from_ledger(path: Path) -> list[str]:
     """Remove what a ledger records and still exists (a run killed with SIGKILL); return what was removed.
 
     Entries are undone newest first, so a pin goes before its mount and a process before
-    its namespace. Kinds this module does not own go to their registered handler.
+    its namespace. The ledger knows how to undo every kind it records, BPF and tc ones too
+    (:func:`undo_entry`): nothing needs importing first.
     """
     removed: list[str] = []
     for entry in reversed(Ledger(path).entries()):
         kind, name = entry["kind"], entry["name"]
-        if kind in CLEANUP_HANDLERS:
-            done = CLEANUP_HANDLERS[kind](entry)
+        if kind in BPF_AND_TC_KINDS:
+            done = undo_entry(entry)
             if done:
                 removed.append(done)
         elif kind == "process":

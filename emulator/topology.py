@@ -4,9 +4,8 @@ Which module is which: this one makes the namespaces the emulated cell needs (th
 router with the core TUN, one UE host per UE with its TUN) and is the one entry point of a
 run's network, :class:`CellTopology`. Everything on the wired side of the core router —
 server hosts, cross-traffic hosts, the gateway and the wired bottleneck — is built with
-Mininet by :mod:`clawbed.orchestrator.topology`; :meth:`CellTopology.add_server` and
-:meth:`CellTopology.add_cross_host` are a thin layer over it (imported on first use: the
-orchestrator is the layer above the emulator and builds on this module).
+Mininet by :mod:`clawbed.orchestrator.network.topology`, whose ``Topology`` extends this
+class with ``add_server`` and ``add_cross_host`` (that package is the layer above this one).
 
 Layout (``<rid>`` is the run id of the :class:`~clawbed.netns.Resources` stack)::
 
@@ -17,14 +16,14 @@ Layout (``<rid>`` is the run id of the :class:`~clawbed.netns.Resources` stack):
     │ default route → TUN      │   and writes both TUNs)    │ 10.65.0.0/16 → TUN        │
     │ clients, CLAW client     │                            │ servers, CLAW server agent│
     └──────────────────────────┘                            └─────────────┬─────────────┘
-                                                  the wired side (Mininet) │ add_server, add_cross_host
-                                                  see clawbed.orchestrator.topology
+                                                  the wired side (Mininet) │ Topology.add_server,
+                                                  clawbed.orchestrator.network │ add_cross_host
 
 Choice: without a wired side, the servers run in the core namespace itself, on the core
 TUN's address. Every packet between a UE and a server then crosses the emulator and nothing
 else (no extra forwarding hop whose latency or queue would add to the model's), and a
 server's tc/BPF programs attach to the core TUN. A run that needs a wired bottleneck puts its
-server on the wired side instead (:meth:`CellTopology.add_server`).
+server on the wired side instead (``Topology.add_server`` of the network package).
 
 The namespaces are made here; the TUN devices are made by ``clawbed-emu`` when it starts (it
 needs their descriptors) and vanish when it exits. Everything is created through the
@@ -36,12 +35,9 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from clawbed.netns import Namespace, OwnedProcess, Resources
-
-if TYPE_CHECKING:
-    from clawbed.orchestrator.topology import Impairment, Shaping, WiredHost, WiredNet
 
 #: Address of the core TUN, where the servers listen.
 DEFAULT_CORE_ADDRESS = ipaddress.IPv4Address("10.64.0.1")
@@ -98,15 +94,14 @@ class UeNode(Node):
 
 
 class CellTopology:
-    """One core router and ``n_ues`` UE hosts, created in ``res`` (removed when it closes),
-    and on demand the wired side behind the core router.
+    """One core router and ``n_ues`` UE hosts, created in ``res`` (removed when it closes).
 
     >>> with Resources(new_run_id(), ledger) as res:
-    ...     net = CellTopology(res, n_ues=2)             # core router + emulated cell + UE hosts
-    ...     web = net.add_server(Shaping("10mbit"))      # a server behind the wired bottleneck
-    ...     x0 = net.add_cross_host()                    # cross traffic sharing that bottleneck
+    ...     cell = CellTopology(res, n_ues=2)            # core router + emulated cell + UE hosts
     ...     # once the emulator runs:
-    ...     net.ues[0].run(["ping", "-c", "1", str(web.address)])
+    ...     cell.ues[0].run(["ping", "-c", "1", str(cell.server_address)])
+
+    The network package's ``Topology`` is this plus the wired side.
     """
 
     def __init__(
@@ -136,50 +131,6 @@ class CellTopology:
                    ["default"], res, index=i)
             for i in range(n_ues)
         ]
-        #: The wired side behind the core router, once the first wired host made it.
-        self.wired: WiredNet | None = None
-
-    def add_server(self, shaping: Shaping | None = None, *, role: str = "srv",
-                   impairment: Impairment | None = None) -> WiredHost:
-        """A server host ``cb<rid><role>`` on the wired side, behind the wired bottleneck: the
-        gateway's link to this core router, shaped by ``shaping`` (``None``: unshaped) and
-        impaired by netem's ``impairment`` (``None``: none; the kernel must have netem). The
-        first wired host builds the wired side; a later server may repeat its ``shaping`` or
-        leave it out. May be called before or after the emulator starts.
-        """
-        return self._wired_side(shaping, impairment).add_server(role)
-
-    def add_cross_host(self) -> WiredHost:
-        """A cross-traffic host ``cb<rid>x<i>`` (``i`` = 0, 1, … in order of calls) on the
-        gateway, beside the server: its traffic to the core router shares the wired
-        bottleneck. Needs :meth:`add_server` with a shaping first."""
-        if self.wired is None or self.wired.bottleneck is None:
-            raise ValueError(f"{self!r}: cross traffic shares the wireline bottleneck; add_server(Shaping(...)) first")
-        return self.wired.add_cross_host()
-
-    def _wired_side(self, shaping: Shaping | None, impairment: Impairment | None = None) -> WiredNet:
-        if self.wired is None:
-            # The layer above this one (it imports this module): imported when first needed.
-            from clawbed.orchestrator.topology import WiredNet
-
-            self.wired = WiredNet(self, shaping, impairment)
-        elif impairment is not None and impairment != self.wired.impairment:
-            raise ValueError(f"{self!r}: the wired bottleneck is already impaired by {self.wired.impairment}; "
-                             f"every wired host shares it")
-        elif shaping is not None and shaping != self.wired.bottleneck:
-            raise ValueError(f"{self!r}: the wired bottleneck is already {self.wired.bottleneck}; "
-                             f"every wired host shares it (give no shaping, or the same)")
-        return self.wired
-
-    @property
-    def server(self) -> WiredHost | None:
-        """The first server on the wired side, if any."""
-        return self.wired.servers[0] if self.wired is not None and self.wired.servers else None
-
-    @property
-    def cross_hosts(self) -> list[WiredHost]:
-        """The cross-traffic hosts on the wired side, in order of :meth:`add_cross_host`."""
-        return list(self.wired.cross_hosts) if self.wired is not None else []
 
     @property
     def server_address(self) -> ipaddress.IPv4Address:
@@ -187,16 +138,5 @@ class CellTopology:
         return self.core.address
 
     def __repr__(self) -> str:
-        wired = f", {self.wired!r}" if self.wired is not None else ""
-        return f"CellTopology(run {self.run_id}: core {self.core.name}, {len(self.ues)} UE(s){wired})"
+        return f"CellTopology(run {self.run_id}: core {self.core.name}, {len(self.ues)} UE(s))"
 
-
-def __getattr__(name: str) -> object:
-    """The wired side's types, for code that imported them from here when the wired side lived
-    in this module (``Shaping``): they are :mod:`clawbed.orchestrator.topology`'s, which imports
-    this module, so they are looked up on first use."""
-    if name in ("Shaping", "WiredHost"):
-        from clawbed.orchestrator import topology
-
-        return getattr(topology, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,5 @@
-"""CLI groups of the orchestrator: ``clawbed suite``, ``clawbed results``, ``clawbed regress``.
-
-Wire into ``clawbed/cli.py`` with ``cli.add_command(suite)``, ``cli.add_command(results)``,
-``cli.add_command(regress)`` (from ``clawbed.orchestrator.cli``). Until then:
-``python -m clawbed.orchestrator.cli suite run SPEC``.
-"""
+"""CLI groups of the orchestrator: ``clawbed suite``, ``clawbed results``, ``clawbed regress``
+(``clawbed/cli.py`` loads them on first use)."""
 
 from __future__ import annotations
 
@@ -250,12 +246,3 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
         sys.exit(1)
     click.echo(f"all {len(comparisons)} check(s) passed", err=True)
 
-
-if __name__ == "__main__":
-    # The whole ``clawbed`` CLI (its error handling, ``cleanup``) with these groups added.
-    from clawbed import cli as clawbed_cli
-    from clawbed.cli import main as clawbed_main
-
-    for command in (suite, results, regress):
-        clawbed_cli.cli.add_command(command)
-    clawbed_main()

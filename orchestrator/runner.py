@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import RUN_ID_ALPHABET, RUN_ID_LENGTH
-from clawbed.orchestrator.crosstraffic import CrossTrafficSpec, OtherUeSpec
+from clawbed.orchestrator.network.crosstraffic import CrossTrafficSpec, OtherUeSpec
 from clawbed.orchestrator.spec import LoadedSpec, Scenario, materialize_trace
 from clawbed.orchestrator.store import DEFAULT_SWEEP, LoadRow, Store
 from clawbed.paths import runs_dir, state_dir
@@ -84,9 +84,9 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
         http_version=cond.http, loader=sc.loader, core_rtt_ms=cond.core_rtt_ms, bs_buffer_bytes=cond.bs_buffer_bytes,
         wireline_rate=cond.wireline_rate, wired_delay_ms=cond.wired_delay_ms, wired_jitter_ms=cond.wired_jitter_ms,
         wired_loss_pct=cond.wired_loss_pct, wired_reorder_pct=cond.wired_reorder_pct,
-        scheduler=cond.scheduler.value, seed=sc.seed, name=job.run_dir.name,
+        scheduler=cond.scheduler, seed=sc.seed, name=job.run_dir.name,
         load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan),
-        cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, cc=c.scheme, object_bytes=c.object_bytes,
+        cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, scheme=c.scheme, object_bytes=c.object_bytes,
                                         off_ms=c.off_ms) for c in cond.cross_traffic],
         other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page) for o in cond.other_ues])
 

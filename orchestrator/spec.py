@@ -54,12 +54,12 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clawbed.claw.schemes import SCHEMES
-from clawbed.emulator.config import Scheduler, parse_rate_bps
+from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, parse_rate_bps
+from clawbed.units import parse_size_bytes
 from clawbed.errors import InputError
-from clawbed.orchestrator.crosstraffic import MAX_OTHER_UES, OtherUeSpec
+from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
 from clawbed.replay import pages
-from clawbed.replay.cli import parse_size_bytes
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS
 from clawbed.traces.synth import PRESETS
 
@@ -86,8 +86,8 @@ class CrossTraffic(_Strict):
     #: ``object_bytes`` separated by exponential think times of mean ``off_ms``.
     kind: Literal["bulk", "onoff"]
     flows: int = Field(1, ge=1, le=64)
-    #: The cross flows' congestion control (a kernel CC: cubic, reno or bbr).
-    scheme: Literal["cubic", "reno", "bbr"] = "cubic"
+    #: The cross flows' scheme: any registered one without a part on a UE (a wired host has none).
+    scheme: Annotated[str, AfterValidator(lambda v: _check_cross_scheme(v))] = "cubic"
     object_bytes: int = Field(200_000, gt=0)
     off_ms: float = Field(500.0, gt=0)
 
@@ -97,8 +97,7 @@ class OtherUe(_Strict):
     In a condition's ``other_ues``, ``count: N`` in an entry stands for N such UEs."""
 
     kind: Literal["page", "bulk"]
-    #: The UE's scheme: what :class:`~clawbed.orchestrator.crosstraffic.OtherUeSpec` can run on
-    #: another UE (a kernel CC, or claw/cqic with an instance of its own).
+    #: The UE's scheme: any registered one (an instance of its own on that UE).
     scheme: Annotated[str, AfterValidator(lambda v: _check_other_ue_scheme(v))] = "cubic"
     page: Annotated[str, AfterValidator(lambda v: _check_page(v))] = "set-01"
 
@@ -118,7 +117,7 @@ class Condition(_Strict):
     wired_jitter_ms: float = Field(0.0, ge=0, le=10_000)
     wired_loss_pct: float = Field(0.0, ge=0, le=100)
     wired_reorder_pct: float = Field(0.0, ge=0, le=100)
-    scheduler: Scheduler = Scheduler.PROPORTIONAL_FAIR
+    scheduler: SchedulerName = DEFAULT_SCHEDULER
     cross_traffic: list[CrossTraffic] = []
     other_ues: list[OtherUe] = []
 
@@ -201,6 +200,15 @@ def _check_trace(name: str) -> str:
 def _check_scheme(name: str) -> str:
     if name not in SCHEMES:
         raise ValueError(f"unknown scheme {name!r}; one of {', '.join(sorted(SCHEMES))}")
+    return name
+
+
+def _check_cross_scheme(name: str) -> str:
+    _check_scheme(name)
+    try:
+        CrossTrafficSpec(kind="bulk", scheme=name).check(flag="scheme")
+    except InputError as e:
+        raise ValueError(str(e).removeprefix("scheme: ")) from None
     return name
 
 

@@ -3,7 +3,6 @@ report PLT per scheme (terminal table + ``report.html`` in the run directory).""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -11,35 +10,24 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from clawbed.claw.schemes.base import scheme_names
 from clawbed.errors import InputError
 from clawbed.paths import REPO_ROOT, runs_dir
-from clawbed.emulator.config import Scheduler
-from clawbed.orchestrator.crosstraffic import parse_cross_traffic, parse_other_ues
+from clawbed.units import parse_size_bytes
+from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS
+from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
 
 from clawbed.replay.report import plt_stats, stats_table, write_report
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent
 
 DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|kib|mib|gib|kb|mb|gb)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {None: 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6,
-               "gb": 10**9}
-
-
-def parse_size_bytes(text: str) -> int:
-    """``3MiB``, ``500kB``, ``65536`` → bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise InputError(f"--bs-buffer {text!r}: a size like 65536, 512KiB or 3MiB")
-    unit = match.group(2).lower() if match.group(2) else None
-    return int(match.group(1)) * _SIZE_UNITS[unit]
-
-
 @click.command("replay")
 @click.option("--trace", "trace", type=click.Path(path_type=Path), default=DEFAULT_TRACE, show_default=True,
               help="PHY trace driving the cell (.cbt or .csv)")
-@click.option("--page", default="profile", show_default=True, help="named page (pages.NAMED_PAGES)")
+@click.option("--page", default="profile", show_default=True,
+              help="a named page (profile, image-2mb, set-01..set-20) or a recorded site: mahimahi:DIR[@URL]")
 @click.option("--schemes", default="claw,cubic", show_default=True,
-              help="comma-separated schemes, loaded in turn: claw, cqic, cubic, bbr, reno")
+              help=f"comma-separated schemes, loaded in turn: {', '.join(scheme_names())}")
 @click.option("--runs", type=int, default=5, show_default=True, help="loads per scheme")
 @click.option("--http", "http_version", type=click.Choice(HTTP_VERSIONS), default="2", show_default=True,
               help="HTTP version nginx offers (TLS either way)")
@@ -57,8 +45,8 @@ def parse_size_bytes(text: str) -> int:
               help="netem random loss on the wired link, %% (needs netem in the kernel)")
 @click.option("--wired-reorder", "wired_reorder_pct", type=float, default=0.0, show_default=True,
               help="netem reordering on the wired link, %% of packets (needs netem and a delay)")
-@click.option("--scheduler", type=click.Choice([s.value for s in Scheduler]),
-              default=Scheduler.PROPORTIONAL_FAIR.value, show_default=True, help="the cell's scheduler")
+@click.option("--scheduler", type=click.Choice(SCHEDULERS),
+              default=DEFAULT_SCHEDULER, show_default=True, help="the cell's scheduler")
 @click.option("--seed", type=int, default=1, show_default=True, help="seed of the cell model and the page")
 @click.option("--name", help="run directory name under the runs folder (default: the start time)")
 @click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
@@ -69,8 +57,8 @@ def parse_size_bytes(text: str) -> int:
               help="wired cross traffic through the wireline bottleneck (needs --wireline-rate): N iperf3 "
                    "flows, or N on/off web-like senders, from a host of its own; repeatable")
 @click.option("--other-ues", "other_ues", metavar="N[:scheme]",
-              help="N more UEs in the cell, each with a bulk download using a kernel scheme "
-                   "(cubic, reno, bbr; default cubic)")
+              help=f"N more UEs in the cell, each with a bulk download using a scheme of its own "
+                   f"({', '.join(scheme_names())}; default cubic)")
 @click.option("--align-trace/--no-align-trace", default=True, show_default=True,
               help="start every load of a round at the same point of the trace (rounds spread over it), so "
                    "the schemes meet the same channel; off: each load meets the trace where the run has got to")
@@ -88,7 +76,7 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
     config = ReplayConfig(
         trace=trace, page=page, schemes=[s.strip() for s in schemes.split(",") if s.strip()], runs=runs,
         http_version=http_version, loader=loader, core_rtt_ms=core_rtt_ms,
-        bs_buffer_bytes=parse_size_bytes(bs_buffer) if bs_buffer is not None else None,
+        bs_buffer_bytes=parse_size_bytes(bs_buffer, "--bs-buffer") if bs_buffer is not None else None,
         wireline_rate=wireline_rate, wired_delay_ms=wired_delay_ms, wired_jitter_ms=wired_jitter_ms,
         wired_loss_pct=wired_loss_pct, wired_reorder_pct=wired_reorder_pct, scheduler=scheduler, seed=seed, name=name,
         load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),

@@ -6,10 +6,10 @@ SIGTERM or an error removes exactly what was made, and every finished load stays
 1. the run directory and its manifest (config, versions, trace SHA-256, host facts);
 2. the topology (UE and core namespaces; with a wireline rate, the wired side built with
    Mininet: the server host behind a gateway whose link to the core is the TBF bottleneck,
-   ``orchestrator/topology.py``), the UE's sysctls (receive window), the emulator on the trace;
+   ``orchestrator/network/topology.py``), the UE's sysctls (receive window), the emulator on the trace;
 3. the page, materialised into ``<run dir>/site``, served by nginx (TLS, h2 or HTTP/1.1) in
    the server namespace; the TCP sampler's netlink socket in that namespace;
-   then the background traffic, if any (``orchestrator/crosstraffic.py``: cross traffic
+   then the background traffic, if any (``orchestrator/network/crosstraffic.py``: cross traffic
    through the wireline bottleneck, other UEs' downloads), warmed up for
    :data:`BACKGROUND_WARMUP_S` and described in the manifest;
 4. for each round, for each scheme (A B C A B C …), one load:
@@ -39,16 +39,14 @@ from typing import Any, Callable
 import numpy as np
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
-from clawbed.claw.schemes.claw import Claw
-from clawbed.emulator.config import Delays, EmulatorConfig, Scheduler, parse_rate_bps
+from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, Delays, EmulatorConfig, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
-from clawbed.emulator.topology import CellTopology
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
-from clawbed.orchestrator.crosstraffic import (MAX_OTHER_UES, Background, ClawSettings, CrossTrafficSpec, OtherUeSpec,
-                                               build_activities)
-from clawbed.orchestrator.topology import Impairment, Shaping, probe_netem
+from clawbed.orchestrator.network.crosstraffic import (MAX_OTHER_UES, Background, CrossTrafficSpec, OtherUeSpec,
+                                                       SchemeSettings, build_activities)
+from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
 from clawbed.replay.rundir import (RunDir, check_name, compress_in_place, default_name, host_facts, read_csv,
@@ -62,8 +60,6 @@ HTTP_VERSIONS = ("2", "1.1")
 #: the largest W_claw of the bundled traces, so the receive window never limits a scheme
 #: (spec: "Client receive window").
 UE_TCP_RMEM_BYTES = (4096, 131072, 8 << 20)
-#: How long the CLAW client may take to connect to the diag feed and log its first rows, s.
-CLIENT_READY_TIMEOUT_S = 10.0
 #: How long to wait for the emulator's files to cover a load's end (the truth is written in
 #: 1 s chunks, the diag file flushed every 100 ms), s.
 FILES_CATCH_UP_S = 2.0
@@ -101,7 +97,7 @@ class ReplayConfig:
     wired_jitter_ms: float = 0.0
     wired_loss_pct: float = 0.0
     wired_reorder_pct: float = 0.0
-    scheduler: str = Scheduler.PROPORTIONAL_FAIR.value
+    scheduler: str = DEFAULT_SCHEDULER
     seed: int = 1
     name: str | None = None
     #: Longest a load may take before it counts as failed, s.
@@ -158,8 +154,8 @@ class ReplayConfig:
                 message = message.replace(f"Impairment.{field_name}", option).replace(f"give {field_name}",
                                                                                       f"give {option}")
             raise InputError(message) from None
-        if self.scheduler not in {s.value for s in Scheduler}:
-            raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(s.value for s in Scheduler)}")
+        if self.scheduler not in SCHEDULERS:
+            raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(SCHEDULERS)}")
         if self.load_timeout_s <= 0:
             raise InputError(f"--load-timeout-s {self.load_timeout_s}: must be positive")
         if self.name is not None:
@@ -170,6 +166,11 @@ class ReplayConfig:
             raise InputError("--cross-traffic shares the wireline bottleneck: give --wireline-rate too")
         for other in self.other_ues:
             other.check()
+            if other.kind == "page":
+                try:
+                    pages.get_page(other.page)
+                except InputError as e:
+                    raise InputError(f"--other-ues: {e}") from None
         if len(self.other_ues) > MAX_OTHER_UES:
             raise InputError(f"--other-ues {len(self.other_ues)}: at most {MAX_OTHER_UES} (the cell holds "
                              f"{MAX_OTHER_UES + 1} UEs)")
@@ -276,19 +277,6 @@ def _slice_estimates(log_path: Path, out: Path, t0: float, t1: float) -> int:
     return write_csv(out, names, rows)
 
 
-def _wait_client_ready(proc: OwnedProcess, log_path: Path, header_bytes: int = 200) -> None:
-    """Until the CLAW client has logged rows (it reads the diag feed), or fail with its log."""
-    deadline = time.monotonic() + CLIENT_READY_TIMEOUT_S
-    while not (log_path.exists() and log_path.stat().st_size > header_bytes):
-        if not proc.alive():
-            raise ResourceError(f"the CLAW client exited with status {proc.popen.returncode} before it read the "
-                                f"diag feed (log: {log_path.with_suffix('.log')})")
-        if time.monotonic() > deadline:
-            raise ResourceError(f"the CLAW client logged nothing within {CLIENT_READY_TIMEOUT_S} s "
-                                f"(log: {log_path.with_suffix('.log')})")
-        time.sleep(0.02)
-
-
 @dataclass
 class ReplayEvent:
     """What :func:`run_replay` reports to its caller as it goes (for a progress display)."""
@@ -347,7 +335,7 @@ class Replay:
 
     def _run_in(self, res: Resources) -> None:
         cfg = self.config
-        topo = CellTopology(res, n_ues=1 + len(cfg.other_ues))
+        topo = Topology(res, n_ues=1 + len(cfg.other_ues))
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
         impairment, core_rtt_ms = self._wired_link(topo)
@@ -370,13 +358,14 @@ class Replay:
         self.page.materialize(site)
         web = webserver.WebServer(res, server_ns, site, str(server_address), cfg.http_version)
         url = web.url(self.page.root.path)
+        self.access = web.access  # the loaders resolve the page's host names and trust its certificate with it
         sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s).open()
         res.callback(sampler.close)
         diag = DiagTail(emu.diag_path(0))
         endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
         client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
         self.run_dir.write_manifest(url=url, emulator={"ready": emu.ready, "config": emu_config.to_json()})
-        activities = self._start_background(res, topo, ClawSettings(emu.diag_port, client_args,
+        activities = self._start_background(res, topo, SchemeSettings(emu.diag_port, client_args,
                                                                      cfg.feedback_period_ms))
         plan = cfg.plan()
         self.on_event(ReplayEvent("ready", len(plan)))
@@ -389,9 +378,10 @@ class Replay:
                                 server_address=str(server_address), server_device=server_device, ues=[endpoint],
                                 feedback_period_ms=cfg.feedback_period_ms, client_args=client_args)
             trace_ms = cfg.round_trace_ms(round_, self.trace.duration_ms) if cfg.align_trace else None
-            record = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities, trace_ms, emu.seek)
+            record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
+                                                trace_ms, emu.seek)
             try:
-                self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s)
+                self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s, client_log)
             except Exception as e:  # noqa: BLE001 - the load's result outlives a failure of its series
                 record["series_error"] = f"{type(e).__name__}: {e}"
                 self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
@@ -409,7 +399,7 @@ class Replay:
         # Each load kept its own slice; the whole-run feed is kept too, compressed.
         compress_in_place(emu.diag_path(0))
 
-    def _wired_link(self, topo: CellTopology) -> tuple[Impairment | None, float | None]:
+    def _wired_link(self, topo: Topology) -> tuple[Impairment | None, float | None]:
         """Probe netem once in the run's core namespace and decide how the wired link's
         impairment is given: (netem's impairment or None, the core RTT for the emulator).
         Without netem a delay moves into the emulator's core delay (said on the terminal and
@@ -442,12 +432,13 @@ class Replay:
         self.run_dir.write_manifest(wired_link=wired)
         return wanted, core_rtt_ms
 
-    def _start_background(self, res: Resources, topo: CellTopology, claw: ClawSettings) -> list[Background]:
+    def _start_background(self, res: Resources, topo: Topology, settings: SchemeSettings) -> list[Background]:
         """Start the configured cross traffic and other UEs (their processes are on ``res``, so
         Ctrl-C stops them; other UEs on claw/cqic get their own instance, ``claw``), let them
         warm up, and record what runs in the manifest."""
         cfg = self.config
-        activities = build_activities(cfg.cross_traffic, cfg.other_ues, cfg.seed, claw)
+        activities = build_activities(cfg.cross_traffic, cfg.other_ues, cfg.seed, settings,
+                                      page_bytes=lambda name, seed: pages.get_page(name, seed).total_bytes)
         for activity in activities:
             activity.start(res, topo)
         if activities:
@@ -468,9 +459,10 @@ class Replay:
 
     def _one_load(self, index: int, round_: int, scheme_name: str, ctx: SchemeContext, url: str,
                   ue: Any, sampler: TcpSampler, activities: list[Background],
-                  trace_ms: int | None, seek: Callable[[int], None]) -> dict[str, Any]:
+                  trace_ms: int | None, seek: Callable[[int], None]) -> tuple[dict[str, Any], Path | None]:
         """Set the scheme up, load the page once while sampling, tear the scheme down; the
-        load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator).
+        load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator)
+        and the scheme's client log, if it has one.
         With a ``trace_ms``, ``seek`` moves the emulator's traces there just before the loader
         starts (None: the trace runs on)."""
         cfg = self.config
@@ -483,16 +475,14 @@ class Replay:
             "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": [],
             "background_bytes": {}, "trace_ms": None}
         scheme = get_scheme(scheme_name)()
+        client_log = None
         try:
             # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
             scheme.setup(ctx)
             record["cc"] = scheme.server_cc  # the kernel's name of it, as the TCP samples show
-            bpffs = None
-            if isinstance(scheme, Claw):
-                procs = scheme.start_clients(ctx)
-                _wait_client_ready(procs[0], load_dir / f"{scheme_name}-client-ue0.csv")
-                bpffs = scheme.bpffs.path
-            sampler.reset(claw_bpffs=bpffs)
+            scheme.start_clients(ctx)  # returns once they are ready
+            client_log = scheme.client_log(ctx, ctx.ues[0])
+            sampler.reset(cc_maps_dir=scheme.cc_maps_dir)
             sampler.start()
             background_before = {a.name: a.bytes_delivered() for a in activities}
             if trace_ms is not None:
@@ -500,7 +490,7 @@ class Replay:
                 record["trace_ms"] = trace_ms
             record["t_start_unix_s"] = time.time()
             result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
-                                      http1=cfg.http_version == "1.1", log_dir=load_dir)
+                                      http1=cfg.http_version == "1.1", log_dir=load_dir, access=self.access)
             record["t_end_unix_s"] = time.time()
             # What the background got across while the page loaded: the competition it met.
             record["background_bytes"] = {a.name: a.bytes_delivered() - background_before[a.name]
@@ -520,13 +510,13 @@ class Replay:
             except ClawbedError as e:
                 record["ok"] = False
                 record["error"] = (record["error"] + "; " if record["error"] else "") + f"teardown: {e}"
-        if record["ok"] and record["bytes_total"] is not None and record["bytes_total"] < self.page.total_bytes:
+        if record["ok"] and record["bytes_total"] is not None and record["bytes_total"] < self.page.required_bytes:
             record["ok"] = False
-            record["error"] = f"incomplete: {record['bytes_total']} of {self.page.total_bytes} bytes"
-        return record
+            record["error"] = f"incomplete: {record['bytes_total']} of {self.page.required_bytes} bytes"
+        return record, client_log
 
     def _keep_series(self, record: dict[str, Any], load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
-                     truth_path: Path, origin_unix_s: float) -> None:
+                     truth_path: Path, origin_unix_s: float, client_log: Path | None) -> None:
         """Write the load's TCP samples, ground truth, diag feed and CLAW estimates; fill in
         the record's flow and retransmission counts."""
         write_csv(load_dir / "tcp.csv", SAMPLE_COLUMNS, rows)
@@ -546,8 +536,7 @@ class Replay:
             return
         write_csv(load_dir / "truth.csv", TRUTH_CSV_COLUMNS, _truth_rows(truth_path, origin_unix_s, t0, t1))
         write_zstd_lines(load_dir / "diag.jsonl.zst", diag.take(t0, t1))
-        client_log = load_dir / f"{record['scheme']}-client-ue0.csv"
-        if client_log.exists():
+        if client_log is not None and client_log.exists():
             _slice_estimates(client_log, load_dir / "estimates.csv", t0, t1)
 
 

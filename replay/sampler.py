@@ -61,7 +61,7 @@ class _NamespaceDiagSocket(DiagSocket):
 class TcpSampler:
     """Samples the TCP sockets on local port ``port`` in namespace ``netns``.
 
-    ``claw_bpffs``: the claw/cqic scheme's bpffs directory, to add the CC's per-flow state.
+    ``cc_maps_dir``: the claw/cqic scheme's bpffs directory, to add the CC's per-flow state.
     Use :meth:`start` / :meth:`stop` around a load; :attr:`rows` then holds the samples
     (mappings keyed by :data:`SAMPLE_COLUMNS`). Reuse for the next load with :meth:`reset`.
     """
@@ -69,7 +69,7 @@ class TcpSampler:
     netns: str
     port: int
     period_s: float = DEFAULT_PERIOD_S
-    claw_bpffs: Path | None = None
+    cc_maps_dir: Path | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
     #: Dumps that failed (the namespace went away mid-load, ...): counted, not fatal.
     errors: int = 0
@@ -93,11 +93,11 @@ class TcpSampler:
             self._diag.close()
             self._diag = None
 
-    def reset(self, claw_bpffs: Path | None = None) -> None:
-        """Forget the samples; sample the CC map of ``claw_bpffs`` (or none) from now on."""
+    def reset(self, cc_maps_dir: Path | None = None) -> None:
+        """Forget the samples; sample the CC map of ``cc_maps_dir`` (or none) from now on."""
         self.rows = []
         self.errors = 0
-        self.claw_bpffs = claw_bpffs
+        self.cc_maps_dir = cc_maps_dir
 
     # -- one sample ---------------------------------------------------------------------------
 
@@ -122,11 +122,11 @@ class TcpSampler:
 
     def _claw_flows(self) -> dict[tuple[str, int], FlowStats]:
         """The CC's per-flow state keyed by (UE address, UE port); empty without a CLAW scheme."""
-        if self.claw_bpffs is None:
+        if self.cc_maps_dir is None:
             return {}
         if self._flows_map is None:
             try:
-                self._flows_map = open_map(self.claw_bpffs, FLOWS_MAP)
+                self._flows_map = open_map(self.cc_maps_dir, FLOWS_MAP)
             except ResourceError:
                 return {}  # the pin is not there yet (set-up still running)
         flows: dict[tuple[str, int], FlowStats] = {}

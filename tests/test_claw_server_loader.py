@@ -3,6 +3,8 @@ commands (the kernel tests run the same code for real)."""
 
 from __future__ import annotations
 
+import clawbed.netns as netns_mod
+
 import subprocess
 from pathlib import Path
 
@@ -58,7 +60,7 @@ def test_tc_program_adds_clsact_only_when_missing_and_removes_only_its_own(tmp_p
     monkeypatch.setattr(bpfobjects, "remove_tc_filter", lambda *a: removed.append(a) or True)
     ledger = Ledger(tmp_path / "ledger.jsonl")
     tc = FakeTc(replies={("qdisc", "show"): "qdisc noqueue 0: root refcnt 2\n"})
-    monkeypatch.setattr(bpfobjects, "_tc", tc)
+    monkeypatch.setattr(bpfobjects, "tc_in", tc)
     prog = loader.TcProgram("cbtestns", "cbxxs0", Path("/run/x/prog"), direction="ingress", pref=loader.TC_PREF,
                             ledger=ledger)
     assert tc.calls[1] == ["qdisc", "add", "dev", "cbxxs0", "clsact"]
@@ -73,7 +75,7 @@ def test_tc_program_adds_clsact_only_when_missing_and_removes_only_its_own(tmp_p
 
     removed.clear()
     tc = FakeTc(replies={("qdisc", "show"): "qdisc clsact ffff: parent ffff:fff1\n"})
-    monkeypatch.setattr(bpfobjects, "_tc", tc)
+    monkeypatch.setattr(bpfobjects, "tc_in", tc)
     loader.TcProgram("cbtestns", "cbxxs0", Path("/p"), direction="egress", pref=7).close()
     assert not any(c[:2] == ["qdisc", "add"] for c in tc.calls)
     assert removed == [("cbtestns", "cbxxs0", "egress", 7, False)]
@@ -82,7 +84,7 @@ def test_tc_program_adds_clsact_only_when_missing_and_removes_only_its_own(tmp_p
 def test_tc_program_failure_names_the_command_and_undoes_the_qdisc(monkeypatch) -> None:
     removed: list[tuple] = []
     monkeypatch.setattr(bpfobjects, "remove_tc_filter", lambda *a: removed.append(a) or True)
-    monkeypatch.setattr(bpfobjects, "_tc", FakeTc(fail=("filter", "add")))
+    monkeypatch.setattr(bpfobjects, "tc_in", FakeTc(fail=("filter", "add")))
     with pytest.raises(ResourceError, match="tc filter add dev cbxxs0"):
         loader.TcProgram("cbtestns", "cbxxs0", Path("/p"), direction="ingress", pref=loader.TC_PREF)
     assert removed == [("cbtestns", "cbxxs0", "ingress", loader.TC_PREF, True)]
@@ -181,19 +183,17 @@ def test_struct_ops_image_renames_the_one_compiled_name(tmp_path: Path) -> None:
         loader.struct_ops_image(tmp_path / "junk.o", "claw", "claw_ab12")
 
 
-def test_cleanup_entry_removes_a_leftover_pin_and_ignores_what_is_gone(tmp_path: Path) -> None:
+def test_the_ledger_undoes_bpf_kinds_itself(tmp_path: Path) -> None:
     pin = tmp_path / "claw_peers"
     pin.write_text("")
-    assert bpfobjects.cleanup_entry({"kind": "bpf-pin", "name": str(pin)}) == f"BPF pin {pin}"
+    assert netns_mod.undo_entry({"kind": "bpf-pin", "name": str(pin)}) == f"BPF pin {pin}"
     assert not pin.exists()
-    assert bpfobjects.cleanup_entry({"kind": "bpf-pin", "name": str(pin)}) is None
-    assert loader.cleanup_entry({"kind": "struct_ops", "name": "claw", "pin": str(tmp_path / "nolink")}) is None
-    assert bpfobjects.cleanup_entry({"kind": "bpffs", "name": "cbxxbp", "path": str(tmp_path)}) is None  # not a bpffs
-    assert loader.cleanup_entry({"kind": "netns", "name": "cbxx"}) is None  # not ours
-    assert bpfobjects.cleanup_entry({"kind": "netns", "name": "cbxx"}) is None
-    # Every kind either module records has its handler registered with clawbed.netns.
-    from clawbed.netns import CLEANUP_HANDLERS
-    assert {"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default"} <= set(CLEANUP_HANDLERS)
+    assert netns_mod.undo_entry({"kind": "bpf-pin", "name": str(pin)}) is None
+    assert netns_mod.undo_entry({"kind": "struct_ops", "name": "claw", "pin": str(tmp_path / "nolink")}) is None
+    assert netns_mod.undo_entry({"kind": "bpffs", "name": "cbxxbp", "path": str(tmp_path)}) is None  # not a bpffs
+    assert netns_mod.undo_entry({"kind": "netns", "name": "cbxx"}) is None  # not a BPF kind
+    # Every kind the BPF modules record is one the ledger undoes, with nothing imported first.
+    assert {"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default"} <= netns_mod.BPF_AND_TC_KINDS
 
 
 def test_server_sysctls_are_set_and_previous_values_returned() -> None:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from clawbed.emulator.topology import CellTopology
 from clawbed.errors import InputError
 from clawbed.netns import Resources, new_run_id
 from clawbed.orchestrator.spec import Condition
-from clawbed.orchestrator.topology import Impairment, Shaping, probe_netem
+from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import REPO_ROOT
 from clawbed.replay.run import ReplayConfig
 
@@ -125,7 +124,7 @@ def test_netem_impairs_the_wired_link(tmp_path: Path) -> None:
     if not kernel_has_netem():
         pytest.skip("this kernel has no netem (docs/platform-notes.md); the Vagrant VM's kernel has it")
     with Resources(new_run_id(), tmp_path / "ledger.jsonl") as res:
-        topo = CellTopology(res, n_ues=1)
+        topo = Topology(res, n_ues=1)
         server = topo.add_server(Shaping("20mbit"), impairment=Impairment(delay_ms=30, loss_pct=0))
         assert topo.wired is not None
         kinds = [q["kind"] for q in json.loads(topo.wired.gateway.ns.run(

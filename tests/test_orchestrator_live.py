@@ -21,7 +21,7 @@ from clawbed.orchestrator import regress
 
 pytestmark = pytest.mark.root
 
-CLI = [sys.executable, "-m", "clawbed.orchestrator.cli"]
+CLI = [str(Path(sys.executable).parent / "clawbed")]
 
 
 def _needs_root() -> None:

@@ -20,7 +20,7 @@ import yaml
 
 pytestmark = pytest.mark.root
 
-CLI = [sys.executable, "-m", "clawbed.orchestrator.cli"]
+CLI = [str(Path(sys.executable).parent / "clawbed")]
 #: An environment variable every process of the sweep inherits (the driver, and through it
 #: the cluster's GCS, raylet, agents and workers): how the test finds what the sweep left.
 MARK_VAR = "CLAWBED_RAY_TEST_MARK"

@@ -1,4 +1,4 @@
-"""The wired side built with Mininet (``orchestrator/topology.py``): hosts, links, the shaped
+"""The wired side built with Mininet (``orchestrator/network/topology.py``): hosts, links, the shaped
 bottleneck shared by servers and cross traffic, names, errors, and nothing left behind after
 a normal close, an error mid-build, SIGTERM or SIGKILL (needs root)."""
 
@@ -17,9 +17,8 @@ from typing import Callable
 import pytest
 from pyroute2 import netns
 
-from clawbed.emulator.topology import CellTopology
 from clawbed.netns import IFNAME_MAX, ResourceError, Resources, cleanup_from_ledger, new_run_id
-from clawbed.orchestrator.topology import Shaping, WiredNet
+from clawbed.orchestrator.network.topology import Shaping, Topology, WiredNet
 
 RATE = "10mbit"
 #: Sends 1 MiB to argv[1]:argv[2] and returns once the sink has read it all and closed.
@@ -78,7 +77,7 @@ def test_a_topology_is_a_few_lines_and_every_name_is_the_runs(tmp_path: Path) ->
     rid = new_run_id()
     ledger = tmp_path / "ledger.jsonl"
     with Resources(rid, ledger) as res:
-        net = CellTopology(res, n_ues=2)
+        net = Topology(res, n_ues=2)
         web = net.add_server(Shaping(RATE))
         x0, x1 = net.add_cross_host(), net.add_cross_host()
         cdn = net.add_server(role="cdn")
@@ -114,14 +113,14 @@ def test_a_topology_is_a_few_lines_and_every_name_is_the_runs(tmp_path: Path) ->
 def test_server_and_cross_traffic_cross_the_same_bottleneck(tmp_path: Path) -> None:
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
-        net = CellTopology(res, n_ues=1)
+        net = Topology(res, n_ues=1)
         web = net.add_server(Shaping(RATE))
         x0 = net.add_cross_host()
         wired = net.wired
         assert wired is not None
         port = 47_211
         # The on/off cross traffic's sink: reads each connection to its end, then closes it.
-        sink = res.process(net.core.command([sys.executable, "-m", "clawbed.orchestrator.crosstraffic", "sink",
+        sink = res.process(net.core.command([sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink",
                                              "--address", str(wired.core_address), "--port", str(port)]),
                            name="sink")
         wait_listening(net.core.ns.run, port, sink)
@@ -140,7 +139,7 @@ def test_server_and_cross_traffic_cross_the_same_bottleneck(tmp_path: Path) -> N
 def test_an_htb_bottleneck_bounds_its_queue_by_rate_times_latency(tmp_path: Path) -> None:
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
-        net = CellTopology(res, n_ues=1)
+        net = Topology(res, n_ues=1)
         shaping = Shaping(RATE, latency_ms=20.0, qdisc="htb")
         net.add_server(shaping)
         assert net.wired is not None
@@ -165,7 +164,7 @@ def test_an_error_mid_build_removes_what_was_made(tmp_path: Path, monkeypatch: p
     ledger = tmp_path / "ledger.jsonl"
     with pytest.raises(ResourceError, match="injected"):
         with Resources(rid, ledger) as res:
-            net = CellTopology(res, n_ues=1)
+            net = Topology(res, n_ues=1)
             net.add_server(Shaping(RATE))
             net.add_cross_host()
     assert f"cb{rid}x0" in ledger.read_text()  # it was made, then removed
@@ -177,11 +176,10 @@ def _child(rid: str, ledger: Path) -> str:
     return textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from clawbed.emulator.topology import CellTopology
         from clawbed.netns import Resources
-        from clawbed.orchestrator.topology import Shaping
+        from clawbed.orchestrator.network.topology import Shaping, Topology
         with Resources({rid!r}, Path({str(ledger)!r})) as res:
-            net = CellTopology(res, n_ues=1)
+            net = Topology(res, n_ues=1)
             net.add_server(Shaping({RATE!r}))
             net.add_cross_host()
             print("ready", flush=True)
@@ -219,7 +217,7 @@ def test_a_terminated_or_killed_run_leaves_nothing_after_cleanup(tmp_path: Path,
 def test_bad_topologies_are_refused_and_leave_nothing(tmp_path: Path, build: object, message: str) -> None:
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
-        net = CellTopology(res, n_ues=1)
+        net = Topology(res, n_ues=1)
         with pytest.raises(ValueError, match=re.escape(message)):
             build(net)  # type: ignore[operator]
     assert leftovers(rid) == []

@@ -60,11 +60,14 @@ def _head(node: ast.expr | None) -> str | None:
 
 
 def _command_names(node: ast.expr | None) -> set[str]:
-    """Variables a command argument is built from: ``argv`` or ``[*argv, "-t"]``."""
+    """Variables whose value starts a command: ``argv`` or ``[*argv, "-t"]`` (only a list's
+    first element names the program)."""
     if isinstance(node, ast.Name):
         return {node.id}
-    if isinstance(node, ast.List):
-        return {e.value.id for e in node.elts if isinstance(e, ast.Starred) and isinstance(e.value, ast.Name)}
+    if isinstance(node, ast.List) and node.elts:
+        head = node.elts[0]
+        if isinstance(head, ast.Starred) and isinstance(head.value, ast.Name):
+            return {head.value.id}
     return set()
 
 

@@ -2,15 +2,21 @@
 
 A scheme is what differs between two runs of the same experiment: the server's congestion
 control and whatever runs beside it (CLAW's agent on the server, CLAW's client on each UE).
-A run uses one like this::
+Every user drives every scheme through the same verbs and never asks which scheme it is
+(a replay's loads, other UEs of the cell, wired cross traffic)::
 
-    scheme = get_scheme("claw")()
+    scheme = get_scheme(name)()
     scheme.setup(ctx)                      # server side: sysctls, CC, agent; pushed on ctx.resources
-    procs = scheme.start_clients(ctx)      # client side, one per UE (none for kernel CCs)
+    procs = scheme.start_clients(ctx)      # client side, one per UE (none for kernel CCs); returns
+                                           # once every client is ready
     sock.setsockopt(IPPROTO_TCP, TCP_CONGESTION, scheme.server_cc.encode())  # or the namespace default
                                            # (claw/cqic: claw_<run id>, known after setup)
+    scheme.cc_maps_dir, scheme.client_log(ctx, ue)   # what samplers and reports read, if any
     ...
     scheme.teardown()                      # or let ctx.resources close: same thing, once
+
+What a user must know beforehand is a class attribute: :attr:`Scheme.needs_ue` (it has a
+part on each UE, so it cannot drive senders without one, such as wired cross traffic).
 
 Everything a scheme creates goes on its own stack, itself pushed on ``ctx.resources``, so
 it is removed exactly once, in reverse order, whichever comes first.
@@ -30,11 +36,14 @@ from pathlib import Path
 from typing import ClassVar, Sequence
 
 from clawbed.errors import InputError
-from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources
+from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wait_until
 from clawbed.claw.server.sysctls import apply_server_sysctls, restore_sysctls
 
 #: name → scheme class, filled by :func:`register_scheme`.
 SCHEMES: dict[str, type["Scheme"]] = {}
+#: How long a scheme's clients may take to become ready (CLAW's: to connect to the diag feed
+#: and log its first estimates), s.
+CLIENT_READY_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -110,6 +119,9 @@ class Scheme(ABC):
     per socket, such as nginx)."""
 
     name: ClassVar[str]
+    #: The scheme has a part on each UE (a client daemon reading the UE's diag feed): it
+    #: cannot drive senders that have no UE of their own, such as wired cross traffic.
+    needs_ue: ClassVar[bool] = False
     #: The congestion control's name in the kernel: what servers pass to
     #: ``setsockopt(TCP_CONGESTION)`` and what the server namespace's default becomes. Fixed
     #: for a kernel CC; a scheme that loads its own CC (claw, cqic) names it per run and
@@ -172,14 +184,40 @@ class Scheme(ABC):
         """The processes to start on the UEs (none for a plain kernel CC)."""
         return []
 
-    def start_clients(self, ctx: SchemeContext) -> list[OwnedProcess]:
-        """Start :meth:`client_agents` as processes owned by the scheme."""
+    def client_log(self, ctx: SchemeContext, ue: UeEndpoint) -> Path | None:
+        """The CSV of estimates the scheme's client on ``ue`` writes (reports keep each
+        load's slice of it); None when the scheme has no client."""
+        return None
+
+    @property
+    def cc_maps_dir(self) -> Path | None:
+        """Where the scheme's congestion control pins its maps (the TCP sampler reads the
+        window it sets there); None for a kernel CC. Known once set up."""
+        return None
+
+    def client_ready(self, ctx: SchemeContext, ue: UeEndpoint) -> bool:
+        """Whether the client on ``ue`` is ready (the default: as soon as it runs)."""
+        return True
+
+    def start_clients(self, ctx: SchemeContext, timeout_s: float = CLIENT_READY_TIMEOUT_S) -> list[OwnedProcess]:
+        """Start :meth:`client_agents` as processes owned by the scheme, and return once each
+        is ready (:meth:`client_ready`); a client that exits first, or is not ready within
+        ``timeout_s``, raises :class:`~clawbed.netns.ResourceError` naming its log."""
         procs = []
-        for agent in self.client_agents(ctx):
+        agents = self.client_agents(ctx)
+        for agent in agents:
             proc = OwnedProcess(agent.argv, name=agent.name, log_path=agent.log_path)
-            ctx.resources.ledger.record("process", agent.name, pid=proc.pid, argv=agent.argv)
+            ctx.resources.record_process(proc.pid, name=agent.name, argv=agent.argv)
             self.stack.callback(proc.close)
             procs.append(proc)
+        for agent, proc in zip(agents, procs):
+            def ready(agent: ClientAgent = agent, proc: OwnedProcess = proc) -> bool:
+                if not proc.alive():
+                    raise ResourceError(f"{agent.name} exited with status {proc.popen.returncode} before it was "
+                                        f"ready (log: {agent.log_path})")
+                return self.client_ready(ctx, agent.ue)
+
+            wait_until(ready, timeout_s, f"{agent.name} to be ready (log: {agent.log_path})", interval_s=0.05)
         return procs
 
     def teardown(self) -> None:
@@ -196,6 +234,12 @@ def register_scheme(cls: type[Scheme]) -> type[Scheme]:
         raise ValueError(f"two schemes named {cls.name!r}: {SCHEMES[cls.name].__module__} and {cls.__module__}")
     SCHEMES[cls.name] = cls
     return cls
+
+
+def scheme_names(*, without_ue: bool = False) -> list[str]:
+    """The registered schemes' names, sorted; ``without_ue``: only those that need no part on
+    a UE (what wired cross traffic can run)."""
+    return sorted(n for n, cls in SCHEMES.items() if not (without_ue and cls.needs_ue))
 
 
 def get_scheme(name: str) -> type[Scheme]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from clawbed.netns import OwnedProcess, ResourceError
-from clawbed.claw.schemes.base import ClientAgent, Scheme, SchemeContext, register_scheme
+from clawbed.claw.schemes.base import ClientAgent, Scheme, SchemeContext, UeEndpoint, register_scheme
 from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl, cc_name
 
 #: How long the agent may take to bind and open the maps, s.
@@ -48,6 +48,7 @@ def ensure_key(path: Path) -> Path:
 @register_scheme
 class Claw(Scheme):
     name = "claw"
+    needs_ue = True
     description = "CLAW: W_claw from the UE's PHY view, hybrid mode, bottleneck detector, loss flags"
     #: Which congestion control is loaded (``<variant>_cc.bpf.o``); its name in the kernel is
     #: ``cc_name(cc_variant, run id)``.
@@ -107,7 +108,7 @@ class Claw(Scheme):
         cmd = ctx.server_ns.command(argv)
         log_path = ctx.run_dir / f"{self.name}-agent.log"
         proc = OwnedProcess(cmd, name=f"{self.name}-agent", log_path=log_path)
-        ctx.resources.ledger.record("process", f"{self.name}-agent", pid=proc.pid, argv=cmd)
+        ctx.resources.record_process(proc.pid, name=f"{self.name}-agent", argv=cmd)
         self.stack.callback(proc.close)
         deadline = time.monotonic() + AGENT_READY_TIMEOUT_S
         while True:
@@ -125,6 +126,22 @@ class Claw(Scheme):
                                     f"(log: {log_path})")
             time.sleep(0.02)
 
+    @property
+    def cc_maps_dir(self) -> Path | None:
+        return self.bpffs.path if self.cc is not None else None
+
+    def client_log(self, ctx: SchemeContext, ue: UeEndpoint) -> Path:
+        """The client's estimates, one row per feedback period (``claw/client/daemon.py``)."""
+        return ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv"
+
+    def client_ready(self, ctx: SchemeContext, ue: UeEndpoint) -> bool:
+        """Ready once it has logged a row of estimates after the header: it reads the diag feed."""
+        log = self.client_log(ctx, ue)
+        try:
+            return log.read_bytes().count(b"\n") >= 2
+        except FileNotFoundError:
+            return False
+
     def client_agents(self, ctx: SchemeContext) -> list[ClientAgent]:
         agents = []
         for ue in ctx.ues:
@@ -135,7 +152,7 @@ class Claw(Scheme):
                     "--variant", self.client_variant,
                     "--mark-dev", ue.device, "--run-id", ctx.resources.run_id, "--run-dir", str(ctx.run_dir),
                     "--ledger", str(ctx.resources.ledger.path),
-                    "--log", str(ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv")]
+                    "--log", str(self.client_log(ctx, ue))]
             if ue.diag_port is not None:
                 argv += ["--diag-port", str(ue.diag_port)]
             argv += ctx.client_args

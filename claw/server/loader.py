@@ -18,8 +18,9 @@ the run's ledger before creating it and push its ``close`` on the stack:
 
 The bpffs (:class:`~clawbed.claw.bpfobjects.BpffsMount`), the tc attachment and the object
 files' build are :mod:`clawbed.claw.bpfobjects`', shared with the UE's ACK marker; they are
-importable from here too. The ledger kinds ``struct_ops`` and ``cc-default`` are undone by
-:func:`cleanup_entry` here, ``bpffs``, ``bpf-pin`` and ``tc-filter`` by the shared module's.
+importable from here too. What a killed run left (ledger kinds ``struct_ops``, ``cc-default``,
+``bpffs``, ``bpf-pin``, ``tc-filter``) the ledger undoes itself
+(:func:`clawbed.netns.undo_entry`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from clawbed.netns import Ledger, Namespace, ResourceError, Resources, register_cleanup
+from clawbed.netns import (FALLBACK_CC, Ledger, Namespace, ResourceError, Resources, remove_tc_filter, unlink_pin,
+                           unmount_bpffs)
 from clawbed.claw.bpfobjects import (BpffsMount, TcProgram, build_command, device_l2_len, mount_bpffs, object_path,
-                                     objects_dir, record, remove_tc_filter, unlink_pin, unmount_bpffs)
+                                     objects_dir, record)
 from clawbed.claw.server import bpfmap
 from clawbed.claw.server.bpfmap import BpfError, BpfMap
 from clawbed.claw.server.libbpf import BpfObject
@@ -52,9 +54,6 @@ CC_NAME_MAX = 15
 #: Size of ``tcp_congestion_ops.name``, bytes.
 CC_NAME_FIELD_BYTES = 16
 AVAILABLE_CC = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
-#: What a namespace default goes back to when it was ours and nothing else is known: reno is
-#: the one CC every namespace may always default to (the kernel marks it non-restricted).
-FALLBACK_CC = "reno"
 #: tc filter priority of CLAW's programs (any fixed value: we delete by it).
 TC_PREF = 0xC1A
 
@@ -395,32 +394,3 @@ def attach_ack_flags(res: Resources, bpffs: BpffsMount, ns: Namespace, device: s
     return ingress
 
 
-def cleanup_entry(entry: dict) -> str | None:
-    """Undo one ledger entry of this module left by a killed run; what was removed, or None.
-
-    For :func:`clawbed.netns.cleanup_from_ledger` (kinds ``struct_ops`` and ``cc-default``;
-    the bpffs, pins and tc filters are :func:`clawbed.claw.bpfobjects.cleanup_entry`'s).
-    """
-    kind, name = entry.get("kind"), entry.get("name", "")
-    if kind == "cc-default":
-        path = Path(f"/var/run/netns/{name}")
-        if path.exists():
-            ns_cmd = ["ip", "netns", "exec", name, "sh", "-c"]
-            cur = subprocess.run([*ns_cmd, "cat /proc/sys/net/ipv4/tcp_congestion_control"],
-                                 capture_output=True, text=True)
-            if cur.stdout.strip() == entry.get("cc"):
-                prev = entry.get("previous") or FALLBACK_CC
-                prev = FALLBACK_CC if prev == entry.get("cc") else prev
-                subprocess.run([*ns_cmd, f"echo {prev} > /proc/sys/net/ipv4/tcp_congestion_control"],
-                               capture_output=True, text=True)
-                return f"default congestion control of {name} ({entry.get('cc')} -> {prev})"
-        return None
-    if kind == "struct_ops":
-        pin = Path(entry["pin"])
-        if unlink_pin(pin):
-            return f"struct_ops {name} (link {pin})"
-        return None
-    return None
-
-
-register_cleanup(("struct_ops", "cc-default"), cleanup_entry)

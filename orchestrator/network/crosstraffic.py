@@ -9,26 +9,34 @@ them (Mahimahi-style: each adds one source of load, none knows of the others):
 
 - :class:`BulkCross` — ``flows`` iperf3 TCP flows from a cross-traffic host
   (``cb<rid>x<i>``, a Mininet host on the wired side's gateway:
-  :meth:`~clawbed.emulator.topology.CellTopology.add_cross_host`) to a sink on the core
+  :meth:`~clawbed.orchestrator.network.topology.Topology.add_cross_host`) to a sink on the core
   router's end of the wired bottleneck, so they cross the bottleneck the server's traffic
-  crosses (``orchestrator/topology.py``);
+  crosses (``orchestrator/network/topology.py``);
 - :class:`OnOffCross` — web-like transfers from a cross-traffic host: off periods
   exponentially distributed, each on period one new TCP connection carrying a lognormal
   number of bytes (the sender below, seeded);
 - :class:`OtherUeBulk` — a bulk iperf3 download from the core namespace to UE ``i`` ≥ 1;
 - :class:`OtherUePage` — periodic page-sized downloads from the core namespace to UE ``i``.
 
-Senders choose their congestion control per socket (iperf3 ``-C``, ``TCP_CONGESTION``):
-the namespace default of the core belongs to the replay's scheme when the server runs there.
-An other UE on ``claw`` or ``cqic`` gets an instance of its own (instance ``u<i>``: its CC
-``claw_<run id>_u<i>``, its bpffs, its agent on UDP :data:`OTHER_UE_AGENT_BASE_PORT` + ``i``
-in the core namespace, its client on the UE), set up when it starts and removed when it stops.
+Every activity runs a transport scheme (``clawbed.claw.schemes``) through the same verbs a
+replay's load does, without asking which scheme it is: ``setup`` (namespace default left
+alone), ``start_clients`` (returns once they are ready), the kernel's name of its CC for the
+senders, ``teardown`` when the activity stops. Senders choose that CC per socket (iperf3
+``-C``, ``TCP_CONGESTION``): the namespace default of the core belongs to the replay's scheme
+when the server runs there. Each activity's scheme is an instance of its own (instance
+``u<i>`` for other UE ``i``, ``x<i>`` for cross host ``i``: a BPF CC such as claw's is then
+``claw_<run id>_u<i>``, with its bpffs, and CLAW's agent listens on UDP
+:data:`OTHER_UE_AGENT_BASE_PORT` + ``i`` in the core namespace). A scheme with a part on the
+UE (:attr:`~clawbed.claw.schemes.base.Scheme.needs_ue`) cannot drive wired cross traffic.
 
 The on/off sender and its sink are this module run as a program::
 
-    python -m clawbed.orchestrator.crosstraffic sink --address A --port P
-    python -m clawbed.orchestrator.crosstraffic send --address A --port P --seed S \\
+    python -m clawbed.orchestrator.network.crosstraffic sink --address A --port P
+    python -m clawbed.orchestrator.network.crosstraffic send --address A --port P --seed S \\
         --flows N --mean-bytes B --sigma 1.0 --mean-off-ms M --cc cubic --log transfers.jsonl
+
+Layering: this package builds on the emulator and the schemes and knows nothing of pages or
+replays; the replay that uses it says how large a page is (:func:`build_activities`).
 """
 
 from __future__ import annotations
@@ -48,30 +56,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
-from clawbed.claw.schemes.base import KernelScheme, Scheme
-from clawbed.claw.schemes.claw import Claw
+from clawbed.claw.schemes.base import Scheme, scheme_names
 from clawbed.emulator.config import MAX_UES
-from clawbed.emulator.topology import CellTopology, UeNode
+from clawbed.emulator.topology import UeNode
 from clawbed.errors import InputError
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wait_until
-from clawbed.replay import pages
 
 if TYPE_CHECKING:
-    from clawbed.orchestrator.topology import WiredHost
+    from clawbed.orchestrator.network.topology import Topology, WiredHost
 
 CROSS_KINDS = ("bulk", "onoff")
 OTHER_UE_KINDS = ("bulk", "page")
-#: Kernel congestion controls a cross-traffic sender may use (a wired host has no UE, so no
-#: CLAW client).
-KERNEL_CCS = ("cubic", "reno", "bbr")
-#: Schemes an other UE may run: the kernel CCs, and claw/cqic with an instance of their own.
-OTHER_UE_SCHEMES = (*KERNEL_CCS, "claw", "cqic")
 #: Most other UEs a replay may have: the emulator's cell holds MAX_UES, one is the replay's.
 MAX_OTHER_UES = MAX_UES - 1
 #: The CLAW agent of other UE ``i`` listens on UDP this port + ``i`` (the replay's own on 7070).
 OTHER_UE_AGENT_BASE_PORT = 7070
-#: How long an other UE's CLAW client may take to read the diag feed and log rows, s.
-CLIENT_READY_TIMEOUT_S = 10.0
 #: The sink of cross host ``i`` listens on this port + ``i``; UE ``i``'s receiver on
 #: :data:`OTHER_UE_BASE_PORT` + ``i``.
 CROSS_BASE_PORT = 5200
@@ -96,8 +95,8 @@ class CrossTrafficSpec:
 
     kind: str
     flows: int = 1
-    #: The senders' congestion control (a kernel CC).
-    cc: str = "cubic"
+    #: The senders' scheme: one without a part on a UE (a wired host has none).
+    scheme: str = "cubic"
     #: On/off: mean transfer size, bytes.
     object_bytes: int = 200_000
     #: On/off: mean off (think) time, ms.
@@ -108,8 +107,13 @@ class CrossTrafficSpec:
             raise InputError(f"{flag} {self.kind!r}: kind must be one of {', '.join(CROSS_KINDS)}")
         if not 1 <= self.flows <= 64:
             raise InputError(f"{flag} {self.kind}:{self.flows}: flows must be 1..64")
-        if self.cc not in KERNEL_CCS:
-            raise InputError(f"{flag}: congestion control {self.cc!r} must be one of {', '.join(KERNEL_CCS)}")
+        try:
+            needs_ue = get_scheme(self.scheme).needs_ue
+        except InputError as e:
+            raise InputError(f"{flag}: {e}") from None
+        if needs_ue:
+            raise InputError(f"{flag}: scheme {self.scheme!r} has a part on the UE and a cross-traffic host has "
+                             f"none; one of {', '.join(scheme_names(without_ue=True))}")
         if self.object_bytes <= 0 or self.off_ms <= 0:
             raise InputError(f"{flag}: object_bytes and off_ms must be positive")
 
@@ -119,10 +123,9 @@ class OtherUeSpec:
     """One other UE's traffic (the suite spec's ``other_ues`` entry)."""
 
     kind: str = "bulk"
-    #: The download's scheme: a kernel CC (cubic, reno, bbr), or claw/cqic (an instance of
-    #: its own: CC, agent, client on the UE).
+    #: The download's scheme, any of them (an instance of its own: CC, agent, client on the UE).
     scheme: str = "cubic"
-    #: ``page``: the page whose size each download has.
+    #: ``page``: the page whose size each download has (the replay knows the pages).
     page: str = "set-01"
 
     def check(self, flag: str = "--other-ues") -> None:
@@ -132,14 +135,6 @@ class OtherUeSpec:
             get_scheme(self.scheme)
         except InputError as e:
             raise InputError(f"{flag}: {e}") from None
-        if self.scheme not in OTHER_UE_SCHEMES:
-            raise InputError(f"{flag}: scheme {self.scheme!r} cannot run on an other UE; one of "
-                             f"{', '.join(OTHER_UE_SCHEMES)}")
-        if self.kind == "page":
-            try:
-                pages.get_page(self.page)
-            except InputError as e:
-                raise InputError(f"{flag}: {e}") from None
 
 
 _CROSS_FLAG = re.compile(r"^(bulk|onoff):(\d+)$")
@@ -179,7 +174,7 @@ class Background(ABC):
         self._procs: list[OwnedProcess] = []
 
     @abstractmethod
-    def start(self, res: Resources, topo: CellTopology) -> None:
+    def start(self, res: Resources, topo: Topology) -> None:
         """Make what it needs in ``res`` and start its traffic (returns once it flows)."""
 
     def stop(self) -> None:
@@ -239,6 +234,36 @@ def _rx_bytes(ue: UeNode) -> int:
     return int(link["stats64"]["rx"]["bytes"])
 
 
+@dataclass(frozen=True)
+class SchemeSettings:
+    """What an activity's scheme instance needs from its replay beyond the topology (a CLAW
+    client reads the UE's diag feed; every scheme gets the same)."""
+
+    #: UE index → its diag feed's port (``Emulator.diag_port``; the emulator is running).
+    diag_port: Callable[[int], int]
+    #: Extra client arguments (the trace's ``--n-rb``, ``--n-antennas``).
+    client_args: list[str]
+    feedback_period_ms: int = 100
+
+
+def _start_scheme(res: Resources, name: str, run_dir: Path, server_ns: Namespace, server_address: str,
+                  server_device: str, ues: list[UeEndpoint], instance: str, settings: SchemeSettings | None,
+                  agent_port: int = OTHER_UE_AGENT_BASE_PORT) -> Scheme:
+    """Scheme ``name`` set up for one activity, the way a replay's load sets its own up: an
+    instance of its own, the namespace's default CC left alone (senders choose it per
+    socket), its clients started and ready. Torn down by the caller (or when ``res`` closes)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    scheme = get_scheme(name)()
+    ctx = SchemeContext(resources=res, run_dir=run_dir, server_ns=server_ns, server_address=server_address,
+                        server_device=server_device, ues=ues, agent_port=agent_port,
+                        feedback_period_ms=settings.feedback_period_ms if settings else 100,
+                        client_args=list(settings.client_args) if settings else [],
+                        namespace_default=False, instance=instance)
+    scheme.setup(ctx)
+    scheme.start_clients(ctx)
+    return scheme
+
+
 class _CrossHost(Background):
     """A cross-traffic host on the wired side with its receiver in the core namespace, on the
     core router's end of the wired bottleneck (so what it receives has crossed the bottleneck)."""
@@ -250,23 +275,35 @@ class _CrossHost(Background):
         self.host: WiredHost | None = None
         self._core: Namespace | None = None
         self.name = f"cross-{spec.kind}"
+        self.scheme: Scheme | None = None
+        #: The kernel's name of the senders' CC (known once :meth:`start` set the scheme up).
+        self.cc: str | None = None
 
-    def start(self, res: Resources, topo: CellTopology) -> None:
+    def start(self, res: Resources, topo: Topology) -> None:
         self.host = topo.add_cross_host()
         self._core = topo.core.ns
         assert topo.wired is not None  # add_cross_host made it
         sink_address = str(topo.wired.core_address)
         index = len(topo.cross_hosts) - 1
         self.name = f"cross{index}-{self.spec.kind}"
+        log_dir = _log_dir(res)
+        self.scheme = _start_scheme(res, self.spec.scheme, log_dir / f"{self.name}-{self.spec.scheme}", self.host.ns,
+                                    str(self.host.address), self.host.device, [], f"x{index}", None)
+        self.cc = self.scheme.server_cc
         _count_from(self._core, str(self.host.address), self.host.name)
         port = CROSS_BASE_PORT + index
-        log_dir = _log_dir(res)
         receiver = res.process(self._core.command(self._receiver_argv(sink_address, port)),
                                name=f"{self.name}-receiver", log_path=log_dir / f"{self.name}-receiver.log")
         self._procs.append(receiver)
         _wait_listening(self._core, port, receiver)
         self._procs.append(res.process(self.host.command(self._sender_argv(sink_address, port, log_dir)),
                                        name=f"{self.name}-sender", log_path=log_dir / f"{self.name}-sender.log"))
+
+    def stop(self) -> None:
+        """Stop its traffic, then its scheme instance."""
+        super().stop()
+        if self.scheme is not None:
+            self.scheme.teardown()
 
     @abstractmethod
     def _receiver_argv(self, address: str, port: int) -> list[str]: ...
@@ -280,8 +317,8 @@ class _CrossHost(Background):
         return _counted(self._core, self.host.name)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "kind": self.spec.kind, "flows": self.spec.flows, "cc": self.spec.cc,
-                "namespace": self.host.name if self.host else None,
+        return {**super().describe(), "kind": self.spec.kind, "flows": self.spec.flows, "scheme": self.spec.scheme,
+                "cc": self.cc, "namespace": self.host.name if self.host else None,
                 "object_bytes": self.spec.object_bytes if self.spec.kind == "onoff" else None,
                 "off_ms": self.spec.off_ms if self.spec.kind == "onoff" else None}
 
@@ -293,8 +330,9 @@ class BulkCross(_CrossHost):
         return ["iperf3", "-s", "-B", address, "-p", str(port)]
 
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
+        assert self.cc is not None  # set by start
         return ["iperf3", "-c", address, "-p", str(port), "-t", str(BULK_DURATION_S), "-P", str(self.spec.flows),
-                "-C", self.spec.cc, "-i", "1", "--forceflush"]
+                "-C", self.cc, "-i", "1", "--forceflush"]
 
 
 class OnOffCross(_CrossHost):
@@ -305,61 +343,54 @@ class OnOffCross(_CrossHost):
         self.seed = seed
 
     def _receiver_argv(self, address: str, port: int) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.crosstraffic", "sink", "--address", address,
+        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address", address,
                 "--port", str(port)]
 
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.crosstraffic", "send", "--address", address,
+        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", str(self.spec.flows),
                 "--mean-bytes", str(self.spec.object_bytes), "--sigma", str(ONOFF_SIGMA),
-                "--mean-off-ms", str(self.spec.off_ms), "--cc", self.spec.cc,
+                "--mean-off-ms", str(self.spec.off_ms), "--cc", str(self.cc),
                 "--log", str(log_dir / f"{self.name}-transfers.jsonl")]
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "seed": self.seed, "sigma": ONOFF_SIGMA}
 
 
-@dataclass(frozen=True)
-class ClawSettings:
-    """What an other UE's claw/cqic instance needs from its replay beyond the topology."""
-
-    #: UE index → its diag feed's port (``Emulator.diag_port``; the emulator is running).
-    diag_port: Callable[[int], int]
-    #: Extra client arguments (the trace's ``--n-rb``, ``--n-antennas``).
-    client_args: list[str]
-    feedback_period_ms: int = 100
-
-
 class _OtherUe(Background):
     """Downloads from the core namespace (the far side of the emulator) to UE ``ue_index``,
-    with claw/cqic set up for that UE alone (``claw`` settings needed then)."""
+    with the spec's scheme set up for that UE alone."""
 
-    def __init__(self, spec: OtherUeSpec, ue_index: int, claw: ClawSettings | None = None) -> None:
+    def __init__(self, spec: OtherUeSpec, ue_index: int, settings: SchemeSettings | None = None) -> None:
         super().__init__()
         spec.check()
         if ue_index < 1:
             raise ValueError("UE 0 is the replay's own UE")
-        scheme_class = get_scheme(spec.scheme)
-        if not issubclass(scheme_class, KernelScheme) and claw is None:
-            raise ValueError(f"other UE {ue_index} runs {spec.scheme}: give its ClawSettings (diag port, client args)")
+        if get_scheme(spec.scheme).needs_ue and settings is None:
+            raise ValueError(f"other UE {ue_index} runs {spec.scheme}: give its SchemeSettings (diag port, "
+                             f"client args)")
         self.spec = spec
         self.ue_index = ue_index
-        self.claw = claw
-        #: The kernel's name of the senders' CC: fixed for a kernel CC, per instance for claw/cqic
-        #: (known once :meth:`start` set it up).
-        self.cc: str | None = scheme_class.server_cc if issubclass(scheme_class, KernelScheme) else None
+        self.settings = settings
+        #: The kernel's name of the senders' CC (known once :meth:`start` set the scheme up).
+        self.cc: str | None = None
         self.scheme: Scheme | None = None
         self.name = f"ue{ue_index}-{spec.kind}"
         self.ue: UeNode | None = None
 
-    def start(self, res: Resources, topo: CellTopology) -> None:
+    def start(self, res: Resources, topo: Topology) -> None:
         if self.ue_index >= len(topo.ues):
             raise ValueError(f"{topo!r} has no UE {self.ue_index}: make it with n_ues > {self.ue_index}")
         self.ue = topo.ues[self.ue_index]
         port = OTHER_UE_BASE_PORT + self.ue_index
         log_dir = _log_dir(res)
-        if self.cc is None:
-            self._start_scheme(res, topo, log_dir)
+        diag_port = self.settings.diag_port(self.ue_index) if self.settings else None
+        endpoint = UeEndpoint(self.ue.ns, str(self.ue.address), self.ue.index, self.ue.tun, diag_port)
+        self.scheme = _start_scheme(res, self.spec.scheme, log_dir / f"ue{self.ue_index}-{self.spec.scheme}",
+                                    topo.core.ns, str(topo.core.address), topo.core.tun, [endpoint],
+                                    f"u{self.ue_index}", self.settings,
+                                    agent_port=OTHER_UE_AGENT_BASE_PORT + self.ue_index)
+        self.cc = self.scheme.server_cc
         receiver = res.process(self.ue.command(self._receiver_argv(str(self.ue.address), port)),
                                name=f"{self.name}-receiver", log_path=log_dir / f"{self.name}-receiver.log")
         self._procs.append(receiver)
@@ -367,40 +398,8 @@ class _OtherUe(Background):
         self._procs.append(res.process(topo.core.command(self._sender_argv(str(self.ue.address), port, log_dir)),
                                        name=f"{self.name}-sender", log_path=log_dir / f"{self.name}-sender.log"))
 
-    def _start_scheme(self, res: Resources, topo: CellTopology, log_dir: Path) -> None:
-        """Set claw/cqic up for this UE alone: server side in the core namespace (its own CC,
-        bpffs and agent; the core's default CC untouched), its client on the UE, ready once
-        the client has logged estimates."""
-        assert self.ue is not None and self.claw is not None
-        scheme = get_scheme(self.spec.scheme)()
-        assert isinstance(scheme, Claw)
-        run_dir = log_dir / f"ue{self.ue_index}-{self.spec.scheme}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        endpoint = UeEndpoint(self.ue.ns, str(self.ue.address), self.ue.index, self.ue.tun,
-                              self.claw.diag_port(self.ue_index))
-        ctx = SchemeContext(resources=res, run_dir=run_dir, server_ns=topo.core.ns,
-                            server_address=str(topo.core.address), server_device=topo.core.tun, ues=[endpoint],
-                            agent_port=OTHER_UE_AGENT_BASE_PORT + self.ue_index,
-                            feedback_period_ms=self.claw.feedback_period_ms, client_args=list(self.claw.client_args),
-                            namespace_default=False, instance=f"u{self.ue_index}")
-        self.scheme = scheme
-        scheme.setup(ctx)
-        self.cc = scheme.server_cc
-        [client] = scheme.start_clients(ctx)
-        estimates = run_dir / f"{self.spec.scheme}-client-ue{self.ue_index}.csv"
-
-        def logging_rows() -> bool:
-            if not client.alive():
-                raise ResourceError(f"{self.name}: the {self.spec.scheme} client exited with status "
-                                    f"{client.popen.returncode} (log: {estimates.with_suffix('.log')})")
-            # More than the header line: the client reads the diag feed.
-            return estimates.exists() and len(estimates.read_bytes().splitlines()) > 1
-
-        wait_until(logging_rows, CLIENT_READY_TIMEOUT_S, f"{self.name}'s {self.spec.scheme} client to log estimates",
-                   interval_s=0.05)
-
     def stop(self) -> None:
-        """Stop its traffic, then its claw/cqic instance (client, agent, CC, bpffs)."""
+        """Stop its traffic, then its scheme instance (client, agent, CC, bpffs)."""
         super().stop()
         if self.scheme is not None:
             self.scheme.teardown()
@@ -433,36 +432,46 @@ class OtherUeBulk(_OtherUe):
 
 
 class OtherUePage(_OtherUe):
-    """Downloads of the page's total size, separated by exponential think times
-    (mean :data:`PAGE_OFF_MS`), each on a new connection."""
+    """Downloads of ``page_bytes`` (the spec's page's total size), separated by exponential
+    think times (mean :data:`PAGE_OFF_MS`), each on a new connection."""
 
-    def __init__(self, spec: OtherUeSpec, ue_index: int, seed: int, claw: ClawSettings | None = None) -> None:
-        super().__init__(spec, ue_index, claw)
+    def __init__(self, spec: OtherUeSpec, ue_index: int, seed: int, page_bytes: int,
+                 settings: SchemeSettings | None = None) -> None:
+        super().__init__(spec, ue_index, settings)
+        if page_bytes < 1:
+            raise ValueError(f"other UE {ue_index}: page_bytes {page_bytes} must be positive")
         self.seed = seed
-        self.page_bytes = pages.get_page(spec.page, seed).total_bytes
+        self.page_bytes = page_bytes
 
     def _receiver_argv(self, address: str, port: int) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.crosstraffic", "sink", "--address", address,
+        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address", address,
                 "--port", str(port)]
 
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.crosstraffic", "send", "--address", address,
+        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", "1", "--mean-bytes", str(self.page_bytes),
                 "--sigma", "0", "--mean-off-ms", str(PAGE_OFF_MS), "--cc", str(self.cc),
                 "--log", str(log_dir / f"{self.name}-transfers.jsonl")]
 
 
 def build_activities(cross_traffic: Sequence[CrossTrafficSpec], other_ues: Sequence[OtherUeSpec],
-                     seed: int, claw: ClawSettings | None = None) -> list[Background]:
+                     seed: int, settings: SchemeSettings | None = None,
+                     page_bytes: Callable[[str, int], int] | None = None) -> list[Background]:
     """The activities of a replay: one cross host per ``cross_traffic`` entry, and other UE
     ``i + 1`` for ``other_ues[i]`` (UE 0 is the replay's). Each seeded from ``seed``;
-    ``claw`` is what other UEs on claw/cqic need."""
+    ``settings`` is what the schemes' clients on other UEs need; ``page_bytes(page, seed)`` the
+    size of a named page (for other UEs with page downloads)."""
     activities: list[Background] = []
     for i, spec in enumerate(cross_traffic):
         activities.append(BulkCross(spec) if spec.kind == "bulk" else OnOffCross(spec, seed * 1000 + i))
     for i, spec in enumerate(other_ues, start=1):
-        activities.append(OtherUeBulk(spec, i, claw) if spec.kind == "bulk"
-                          else OtherUePage(spec, i, seed * 1000 + 100 + i, claw))
+        if spec.kind == "bulk":
+            activities.append(OtherUeBulk(spec, i, settings))
+        else:
+            if page_bytes is None:
+                raise ValueError(f"other UE {i} downloads page {spec.page!r}: give page_bytes")
+            page_seed = seed * 1000 + 100 + i
+            activities.append(OtherUePage(spec, i, page_seed, page_bytes(spec.page, page_seed), settings))
     return activities
 
 
@@ -526,7 +535,7 @@ def send(address: str, port: int, seed: int, flows: int, mean_bytes: int, sigma:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clawbed.orchestrator.crosstraffic")
+    parser = argparse.ArgumentParser(prog="python -m clawbed.orchestrator.network.crosstraffic")
     sub = parser.add_subparsers(dest="role", required=True)
     p_sink = sub.add_parser("sink", help="receive transfers")
     p_send = sub.add_parser("send", help="send on/off transfers")

@@ -4,10 +4,10 @@ a gateway router, and the wired bottleneck between the gateway and the cell's co
 Which module is which: ``emulator/topology.py`` makes the cell's own namespaces (the core
 router and the UE hosts, joined by ``clawbed-emu``'s TUNs) and is the entry point of a run's
 network, :class:`~clawbed.emulator.topology.CellTopology`; this module is everything behind
-the core router, which ``CellTopology.add_server`` / ``add_cross_host`` build through
-:class:`WiredNet` on first use::
+the core router, and :class:`Topology` is the cell plus that: ``add_server`` /
+``add_cross_host`` build the wired side through :class:`WiredNet` on first use::
 
-    net = CellTopology(res, n_ues=2)           # core router + emulated cell + UE hosts
+    net = Topology(res, n_ues=2)               # core router + emulated cell + UE hosts
     web = net.add_server(Shaping("10mbit"))    # server host behind the wired bottleneck (TBF)
     x0 = net.add_cross_host()                  # a cross-traffic host sharing that bottleneck
     net.wired.describe()                       # hosts, links, the bottleneck's qdisc counters
@@ -438,3 +438,62 @@ class WiredNet:
 def _subnet_24(network: ipaddress.IPv4Network, index: int) -> ipaddress.IPv4Network:
     """The ``index``-th /24 of ``network`` (``10.67.0.0/16``, 3 → ``10.67.3.0/24``)."""
     return ipaddress.IPv4Network((network.network_address + (index << 8), 24))
+
+
+class Topology(CellTopology):
+    """A run's whole network: the cell (:class:`CellTopology`: core router, UE hosts) and, on
+    first use, the wired side behind the core router (:class:`WiredNet`).
+
+    >>> with Resources(new_run_id(), ledger) as res:
+    ...     net = Topology(res, n_ues=2)                 # core router + emulated cell + UE hosts
+    ...     web = net.add_server(Shaping("10mbit"))      # a server behind the wired bottleneck
+    ...     x0 = net.add_cross_host()                    # cross traffic sharing that bottleneck
+    """
+
+    def __init__(self, res: Resources, n_ues: int = 1, **cell: Any) -> None:
+        super().__init__(res, n_ues, **cell)
+        #: The wired side behind the core router, once the first wired host made it.
+        self.wired: WiredNet | None = None
+
+    def add_server(self, shaping: Shaping | None = None, *, role: str = "srv",
+                   impairment: Impairment | None = None) -> WiredHost:
+        """A server host ``cb<rid><role>`` on the wired side, behind the wired bottleneck: the
+        gateway's link to this core router, shaped by ``shaping`` (``None``: unshaped) and
+        impaired by netem's ``impairment`` (``None``: none; the kernel must have netem). The
+        first wired host builds the wired side; a later server may repeat its ``shaping`` or
+        leave it out. May be called before or after the emulator starts.
+        """
+        return self._wired_side(shaping, impairment).add_server(role)
+
+    def add_cross_host(self) -> WiredHost:
+        """A cross-traffic host ``cb<rid>x<i>`` (``i`` = 0, 1, … in order of calls) on the
+        gateway, beside the server: its traffic to the core router shares the wired
+        bottleneck. Needs :meth:`add_server` with a shaping first."""
+        if self.wired is None or self.wired.bottleneck is None:
+            raise ValueError(f"{self!r}: cross traffic shares the wireline bottleneck; add_server(Shaping(...)) first")
+        return self.wired.add_cross_host()
+
+    def _wired_side(self, shaping: Shaping | None, impairment: Impairment | None = None) -> WiredNet:
+        if self.wired is None:
+            self.wired = WiredNet(self, shaping, impairment)
+        elif impairment is not None and impairment != self.wired.impairment:
+            raise ValueError(f"{self!r}: the wired bottleneck is already impaired by {self.wired.impairment}; "
+                             f"every wired host shares it")
+        elif shaping is not None and shaping != self.wired.bottleneck:
+            raise ValueError(f"{self!r}: the wired bottleneck is already {self.wired.bottleneck}; "
+                             f"every wired host shares it (give no shaping, or the same)")
+        return self.wired
+
+    @property
+    def server(self) -> WiredHost | None:
+        """The first server on the wired side, if any."""
+        return self.wired.servers[0] if self.wired is not None and self.wired.servers else None
+
+    @property
+    def cross_hosts(self) -> list[WiredHost]:
+        """The cross-traffic hosts on the wired side, in order of :meth:`add_cross_host`."""
+        return list(self.wired.cross_hosts) if self.wired is not None else []
+
+    def __repr__(self) -> str:
+        wired = f", {self.wired!r}" if self.wired is not None else ""
+        return f"Topology(run {self.run_id}: core {self.core.name}, {len(self.ues)} UE(s){wired})"
