@@ -1,8 +1,9 @@
 # clawbed: one Makefile over the Python distribution and the Cargo workspace.
 #   make setup    install what is missing (system packages, .venv, Rust build); idempotent
 #   make replay   setup, then the main job on the bundled defaults
-#   make test     setup, then every test (Rust and Python)
+#   make test     setup, then the linters and type checks, then every test (Rust and Python)
 #   make bench    setup, then the benchmarks; figures printed and written to bench-results/
+#   make check-fresh  provision.sh, a smoke replay and a few tests in a fresh Debian 12 root (HEAD only)
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 # A rustup toolchain in ~/.cargo wins over a distribution cargo when both exist.
@@ -13,7 +14,7 @@ CLAWBED := $(VENV)/bin/clawbed
 PYTEST := $(VENV)/bin/pytest
 DEFAULT_TRACE := traces/samples/busy-cell.cbt
 
-.PHONY: setup build replay test test-rust test-python bench clean
+.PHONY: setup build replay test lint-rust test-rust test-python lint-python bench clean check-fresh
 
 setup:
 	bash scripts/provision.sh
@@ -27,7 +28,17 @@ replay: setup
 	$(CLAWBED) replay --trace $(DEFAULT_TRACE) --page profile --schemes claw,cubic --runs 5 --loader browser --name $(REPLAY_NAME)
 	if [ "$${CLAWBED_INGEST:-0}" = 1 ]; then $(CLAWBED) dash ingest $${CLAWBED_RUNS:-runs}/$(REPLAY_NAME); fi
 
-test: setup test-rust test-python
+test: setup lint-python lint-rust test-rust test-python
+
+# clippy with every warning an error, and the one rustfmt config (rustfmt.toml) checked.
+lint-rust:
+	cargo clippy --locked --workspace --all-targets -- -D warnings
+	cargo fmt --all --check
+
+# ruff (style, imports, likely bugs) and mypy (types) over every Python file of the project.
+lint-python:
+	$(VENV)/bin/ruff check .
+	bash scripts/typecheck.sh
 
 test-rust:
 	cargo test --release --locked --workspace
@@ -40,7 +51,13 @@ bench: setup
 	$(VENV)/bin/python -m clawbed.traces.bench
 	$(VENV)/bin/python -m clawbed.emulator.bench
 	$(VENV)/bin/python -m clawbed.claw.client.bench
+	$(VENV)/bin/python -m clawbed.traces.diaglog.bench
 	@echo "bench: results in bench-results/"
+
+# Not part of `make test`: a fresh debootstrapped Debian 12 root, a clone of HEAD, provision.sh in
+# it from nothing, a smoke replay and a few tests; run it before a submission that touches setup.
+check-fresh:
+	bash scripts/check-fresh.sh
 
 clean:
 	rm -rf target $(VENV) bench-results

@@ -30,7 +30,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from clawbed.netns import Ledger, ResourceError, Resources, remove_tc_filter, tc_in, unlink_pin, unmount_bpffs
+from clawbed.netns import Ledger, ResourceError, Resources, remove_tc_filter, tc_in, unmount_bpffs
 from clawbed.paths import REPO_ROOT
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator, Literal
+from typing import IO, Literal
 
 from clawbed.errors import InputError
 
@@ -22,8 +23,7 @@ def atomic_write(path: Path, mode: Literal["w", "wb"] = "wb") -> Iterator[IO]:
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        text = {"encoding": "utf-8", "newline": ""} if mode == "w" else {}
-        with os.fdopen(fd, mode, **text) as f:
+        with (os.fdopen(fd, "w", encoding="utf-8", newline="") if mode == "w" else os.fdopen(fd, "wb")) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

@@ -11,18 +11,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import json
 import os
 import secrets
 import signal
-import string
 import socket
+import string
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from pyroute2 import IPRoute, NetNS, netns
 from pyroute2.netlink.exceptions import NetlinkError
@@ -30,6 +32,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from clawbed.errors import ClawbedError
 from clawbed.signals import interrupt_handler, restore_default_signals
 
+_T = TypeVar("_T")
 #: Every resource name starts with this prefix (the before-stop hook lists ``cb*`` leftovers).
 PREFIX = "cb"
 #: Linux limit on interface names, characters.
@@ -55,7 +58,7 @@ def resource_name(run_id: str, role: str) -> str:
     return name
 
 
-def _attempt(what: str, fn: Callable[[], object]) -> object:
+def _attempt(what: str, fn: Callable[[], _T]) -> _T:
     try:
         return fn()
     except NetlinkError as e:
@@ -77,9 +80,26 @@ class Ledger:
             f.flush()
 
     def entries(self) -> list[dict]:
+        """Every complete entry. A run killed mid-write leaves its last line torn (no newline,
+        cut JSON): that entry was never acted on, so it is skipped; a bad line elsewhere is
+        corruption and a :class:`ResourceError` naming the line."""
         if not self.path.exists():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        entries = []
+        lines = self.path.read_text(errors="replace").split("\n")
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as e:
+                if number == len(lines):  # the last line, unterminated: a torn write
+                    break
+                raise ResourceError(f"{self.path}:{number}: not a ledger entry ({e.msg})") from None
+            if not isinstance(entry, dict) or "kind" not in entry or "name" not in entry:
+                raise ResourceError(f"{self.path}:{number}: a ledger entry needs a kind and a name")
+            entries.append(entry)
+        return entries
 
 
 class Namespace:
@@ -112,9 +132,9 @@ class Namespace:
         """A netlink socket inside the namespace."""
         sock = _attempt(f"opening netlink in namespace {self.name}", lambda: NetNS(self.name))
         try:
-            yield sock  # type: ignore[misc]
+            yield sock
         finally:
-            sock.close()  # type: ignore[union-attr]
+            sock.close()
 
     @property
     def path(self) -> str:
@@ -185,9 +205,10 @@ class VethPair:
                 index = ns.link_lookup(ifname=end.ifname)[0]
                 if end.address:
                     _attempt(f"addressing {end.ifname} in {end.ns.name} as {end.address}/{end.prefixlen}",
-                             lambda: ns.addr("add", index=index, address=end.address, prefixlen=end.prefixlen))
+                             functools.partial(ns.addr, "add", index=index, address=end.address,
+                                               prefixlen=end.prefixlen))
                 _attempt(f"bringing up {end.ifname} in {end.ns.name}",
-                         lambda: ns.link("set", index=index, state="up", mtu=mtu))
+                         functools.partial(ns.link, "set", index=index, state="up", mtu=mtu))
 
     def close(self) -> None:
         if self._closed:
@@ -268,13 +289,14 @@ class Resources(contextlib.ExitStack):
         self._old_sigterm: object = None
         self._owner_pid = os.getpid()
 
-    def __enter__(self) -> "Resources":
+    def __enter__(self) -> Resources:
         super().__enter__()
         self._owner_pid = os.getpid()
         # A run started with SIGINT or SIGHUP ignored must still start its children with the
         # default dispositions, so that it can stop them (clawbed/signals.py).
         restore_default_signals()
         self._old_sigterm = signal.signal(signal.SIGTERM, interrupt_handler(self._owner_pid))
+        # signal.signal returned a handler, SIG_DFL/SIG_IGN or None; each is what it takes back.
         self.callback(lambda: signal.signal(signal.SIGTERM, self._old_sigterm))  # type: ignore[arg-type]
         return self
 
@@ -283,7 +305,7 @@ class Resources(contextlib.ExitStack):
         # forked copy of this stack must never tear down the parent's resources.
         if os.getpid() != self._owner_pid:
             os._exit(1)
-        return super().__exit__(*exc)  # type: ignore[arg-type]
+        return bool(super().__exit__(*exc))  # type: ignore[arg-type]  # ExitStack's own (type, value, tb)
 
     def name(self, role: str) -> str:
         return resource_name(self.run_id, role)
@@ -302,7 +324,7 @@ class Resources(contextlib.ExitStack):
         return pair
 
     def process(self, argv: Sequence[str], *, name: str, **kwargs: object) -> OwnedProcess:
-        proc = OwnedProcess(argv, name=name, **kwargs)  # type: ignore[arg-type]
+        proc = OwnedProcess(argv, name=name, **kwargs)  # type: ignore[arg-type]  # OwnedProcess's keywords, passed on
         self.ledger.record("process", name, pid=proc.pid, argv=list(argv), start_ticks=_start_ticks(proc.pid))
         self.callback(proc.close)
         return proc
@@ -529,4 +551,6 @@ def socket_in_namespace(ns_name: str, family: int = socket.AF_INET,
     if "error" in result:
         e = result["error"]
         raise ResourceError(f"creating a socket in namespace {ns_name}: {getattr(e, 'strerror', e)}")
-    return result["sock"]  # type: ignore[return-value]
+    sock = result["sock"]
+    assert isinstance(sock, socket.socket)
+    return sock

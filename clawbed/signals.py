@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
-from typing import Callable
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:

@@ -15,8 +15,18 @@ import json
 from pathlib import Path
 
 from grafanalib._gen import DashboardEncoder
-from grafanalib.core import (BYTES_FORMAT, MILLISECONDS_FORMAT, Dashboard, GridPos, Histogram, Table, Template,
-                             Templating, Time, TimeSeries)
+from grafanalib.core import (
+    BYTES_FORMAT,
+    MILLISECONDS_FORMAT,
+    Dashboard,
+    GridPos,
+    Histogram,
+    Table,
+    Template,
+    Templating,
+    Time,
+    TimeSeries,
+)
 from grafanalib.influxdb import InfluxDBTarget
 
 from clawbed.dashboards.influxdb import DATABASE, DEFAULT_PORT

@@ -49,18 +49,20 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from clawbed.claw.client.estimates import read_estimates
-from clawbed.dashboards.metrics import MetricsWriter, Point
 from clawbed.dashboards import DEFAULT_BIN_MS
+from clawbed.dashboards.metrics import MetricsWriter, Point
 from clawbed.emulator.diag import PDSCH_STAT, SERV_CELL_MEASUREMENT, read_diag_file
 from clawbed.emulator.truth import read_truth
 from clawbed.errors import InputError
+from clawbed.replay.records import LoadRecord
 from clawbed.replay.rundir import MANIFEST, RESULTS_JSONL, read_csv, read_results, read_zstd_lines
 
 #: Tag value when a run says nothing about its scheme, scenario or trace.
@@ -148,7 +150,7 @@ class Bins:
     bin_s: float
 
     @classmethod
-    def of(cls, t_ns: np.ndarray, bin_ns: int) -> "Bins":
+    def of(cls, t_ns: np.ndarray, bin_ns: int) -> Bins:
         """Bins of time-ordered rows (a step back in time starts a new bin too)."""
         index = t_ns // bin_ns
         first = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
@@ -292,18 +294,17 @@ def tcp_points(path: Path, scheme: str, run: RunTags) -> Iterator[Point]:
         yield Point("tcp", tags, fields, round(float(t) * 1e9))
 
 
-def plt_points(records: list[dict[str, Any]], run: RunTags) -> Iterator[Point]:
+def plt_points(records: list[LoadRecord], run: RunTags) -> Iterator[Point]:
     """``plt`` points: one per load record of ``results.jsonl``, at the load's end."""
     for r in records:
-        t = r.get("t_end_unix_s") or r.get("t_start_unix_s")
+        t = r.t_end_unix_s or r.t_start_unix_s
         if t is None:
             continue
-        fields = {name: float(r[name]) for name in ("plt_ms", "bytes_total", "n_objects", "flows", "retransmits",
-                                                    "load")
-                  if r.get(name) is not None}
-        fields["ok"] = 1.0 if r.get("ok") else 0.0
-        yield Point("plt", run.with_scheme(str(r["scheme"]), protocol=str(r.get("protocol") or "")), fields,
-                    round(float(t) * 1e9))
+        values = {"plt_ms": r.plt_ms, "bytes_total": r.bytes_total, "n_objects": r.n_objects, "flows": r.flows,
+                  "retransmits": r.retransmits, "load": r.load}
+        fields = {name: float(v) for name, v in values.items() if v is not None}
+        fields["ok"] = 1.0 if r.ok else 0.0
+        yield Point("plt", run.with_scheme(r.scheme, protocol=r.protocol or ""), fields, round(float(t) * 1e9))
 
 
 # -- the run directory ----------------------------------------------------------------------
@@ -393,8 +394,8 @@ def ingest_run(run_dir: Path, writer: MetricsWriter, *, bin_ms: int = DEFAULT_BI
     return report
 
 
-def _timeline(records: list[dict[str, Any]], default: str) -> Timeline:
-    loads = sorted((r["t_start_unix_s"], r["t_end_unix_s"], str(r["scheme"])) for r in records
-                   if r.get("t_start_unix_s") is not None and r.get("t_end_unix_s") is not None)
+def _timeline(records: list[LoadRecord], default: str) -> Timeline:
+    loads = sorted((r.t_start_unix_s, r.t_end_unix_s, r.scheme) for r in records
+                   if r.t_start_unix_s is not None and r.t_end_unix_s is not None)
     return Timeline(default, np.array([round(a * 1e9) for a, _, _ in loads], dtype=np.int64),
                     np.array([round(b * 1e9) for _, b, _ in loads], dtype=np.int64), [s for _, _, s in loads])

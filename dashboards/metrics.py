@@ -14,15 +14,15 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import httpx
 
+from clawbed.dashboards.influxdb import DATABASE, influx_dir
 from clawbed.errors import ClawbedError
 from clawbed.files import atomic_write
-from clawbed.dashboards.influxdb import DATABASE, influx_dir
 
 #: Points per HTTP request (InfluxDB's advice is 5,000–10,000; ~1 MB of body).
 BATCH_POINTS = 5000
@@ -250,7 +250,7 @@ class MetricsWriter:
     def close(self) -> None:
         self.send()
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

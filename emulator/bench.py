@@ -12,20 +12,21 @@ figures are lower bounds of what the emulator can do.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 import numpy as np
 from rich.console import Console
-from clawbed.tables import TerminalTable
 
 from clawbed.emulator.process import BINARY, EmulatedCell
 from clawbed.emulator.scenarios import constant_mahimahi_trace, constant_trace
@@ -33,6 +34,7 @@ from clawbed.emulator.traffic import UdpSink, send_udp_command
 from clawbed.emulator.truth import Direction, PacketEvent, read_packets
 from clawbed.netns import Endpoint, Resources, new_run_id
 from clawbed.paths import REPO_ROOT, shared_data
+from clawbed.tables import TerminalTable
 
 RESULTS = REPO_ROOT / "bench-results" / "emulator.json"
 #: Mahimahi's own figures (mm-link on one core), to compare with.
@@ -57,6 +59,14 @@ _binary: Path | None = None
 SINK_PORT = 9000
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
+
+
+def _nth_trace(i: int, keys: tuple[str, ...], run: Any) -> Any:
+    """``run[i][keys[0]][keys[1]]…``: one Mahimahi trace's figure in a run, for a table's span."""
+    value = run[i]
+    for key in keys:
+        value = value[key]
+    return value
 
 def _cell(n_ues: int, out: Path, **kwargs: Any) -> EmulatedCell:
     """An emulated cell running the binary under measurement."""
@@ -92,7 +102,7 @@ class CpuMeter:
                 continue
         return totals
 
-    def start(self) -> "CpuMeter":
+    def start(self) -> CpuMeter:
         self._threads, self._wall_s = self._per_thread_s(), time.monotonic()
         return self
 
@@ -507,9 +517,10 @@ def render(results: dict[str, Any], console: Console) -> None:
         for i, row in enumerate(results["mahimahi"]):
             reference = "~1.7 ms" if row["trace"].startswith("constant-12mbit") else ""
             table.add_row(f"mahimahi {row['trace']}: inter-arrival p99 (trace's own); delivery error p99",
-                          f"{span('mahimahi', lambda r: r[i]['interarrival_p99_ms'])} ms "
+                          f"{span('mahimahi', functools.partial(_nth_trace, i, ('interarrival_p99_ms',)))} ms "
                           f"({row['schedule_interarrival_p99_ms']} ms); "
-                          f"{span('mahimahi', lambda r: r[i]['delivery_error']['p99_ms'])} ms", reference)
+                          f"{span('mahimahi', functools.partial(_nth_trace, i, ('delivery_error', 'p99_ms')))} ms",
+                          reference)
     console.print(table)
     console.print(f"load average {results['load_average_before']:.2f} → {results['load_average_after']:.2f} "
                   f"on {results['cpus']} CPUs; CPU stolen by the hypervisor per step (%): "

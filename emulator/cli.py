@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from clawbed.emulator.policies import DEFAULT_SCHEDULER, SCHEDULERS
+
 ExistingFile = click.Path(path_type=Path, dir_okay=False, exists=True)
 #: How often the wait for the command looks at the emulator, s.
 _POLL_S = 0.2
@@ -44,8 +46,8 @@ def emu() -> None:
               help="Mahimahi uplink trace (any mode): once for every UE, or once per UE.")
 @click.option("--rate", callback=_rate, help="Downlink rate of every UE, mode rate, e.g. 12mbit.")
 @click.option("--uplink-rate", callback=_rate, help="Uplink rate of every UE, e.g. 5mbit. Default: the trace's, else unlimited.")
-@click.option("--scheduler", type=click.Choice(["proportional-fair", "background-first", "round-robin"]),
-              help="The cell's scheduler (mode cell). Default proportional-fair.")
+@click.option("--scheduler", type=click.Choice(SCHEDULERS),
+              help=f"The cell's scheduler (mode cell). Default {DEFAULT_SCHEDULER}.")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True),
               help="Stop everything after this many seconds. Default: when the command exits.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=1, show_default=True, help="Seed of the cell model.")

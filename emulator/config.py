@@ -1,7 +1,9 @@
 """The emulator's configuration as a validated model, written as the JSON file ``clawbed-emu`` reads.
 
 The keys, defaults and ranges mirror the binary's (``emulator/dataplane/src/config.rs`` and
-``emulator/cell/src/config.rs``; the binary is the authority and checks everything again),
+``emulator/cell/src/config.rs``; the binary is the authority and checks everything again);
+the cell's policies (scheduler, queue policy, loss model) and their parameters are not
+mirrored but read from the binary's own list, ``policies.json`` (:data:`POLICIES`),
 so a mistake is reported here, naming the field in the binary's notation
 (``ues[1].rate``), before the emulator starts. Unknown keys are refused, as the binary
 refuses them.
@@ -14,16 +16,22 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Annotated, Any, Literal, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from clawbed.errors import InputError
 from clawbed.netns import IFNAME_MAX
 
+from clawbed.emulator.policies import POLICIES
+# Re-exported: callers take the scheduler names and default from the config module.
+from clawbed.emulator.policies import DEFAULT_SCHEDULER as DEFAULT_SCHEDULER
+from clawbed.emulator.policies import SCHEDULERS as SCHEDULERS
 from clawbed.emulator.topology import CellTopology
 
 #: Most UEs the binary accepts.
@@ -69,12 +77,67 @@ class Mode(str, Enum):
     RATE = "rate"          #: a constant rate per UE, open loop
 
 
-class Scheduler(str, Enum):
-    """The cell's scheduler."""
+def check_scheduler(name: str) -> str:
+    """``name`` if it is a scheduler's, else a ValueError listing them."""
+    if name not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {name!r} (one of {', '.join(SCHEDULERS)})")
+    return name
 
-    PROPORTIONAL_FAIR = "proportional-fair"
-    BACKGROUND_FIRST = "background-first"
-    ROUND_ROBIN = "round-robin"
+
+#: A scheduler's name, validated (for models outside the emulator's, e.g. experiment specs).
+SchedulerName = Annotated[str, AfterValidator(check_scheduler)]
+
+
+def _check_param(param: dict[str, Any], value: Any) -> Any:
+    kind = param["type"]
+    ok = False
+    if kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "integer":
+        ok = isinstance(value, int) and not isinstance(value, bool) and param["min"] <= value <= param["max"]
+    elif kind == "real":
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+              and param["min"] <= value <= param["max"])
+    if not ok:
+        expected = "true or false" if kind == "bool" else f"{'an integer' if kind == 'integer' else 'a number'} in " \
+                                                          f"{param['min']}..={param['max']}"
+        raise ValueError(f"{param['name']}: must be {expected}, got {value!r}")
+    return value
+
+
+def check_policy(category: str, choice: Any) -> dict[str, Any]:
+    """A policy choice of ``category`` (a name, or a mapping with ``kind`` and parameters) as
+    the table the binary reads, ``{"kind": name, **params}``; a ValueError names what is wrong."""
+    if isinstance(choice, str):
+        choice = {"kind": choice}
+    if not isinstance(choice, dict) or not isinstance(choice.get("kind"), str):
+        raise ValueError("must be a policy name, or a table with `kind` and the policy's parameters")
+    entry = POLICIES[category]
+    policy = next((p for p in entry["policies"] if p["name"] == choice["kind"]), None)
+    if policy is None:
+        names = ", ".join(p["name"] for p in entry["policies"])
+        raise ValueError(f"unknown {category} {choice['kind']!r} (one of {names})")
+    params = {p["name"]: p for p in policy["params"]}
+    for key, value in choice.items():
+        if key == "kind":
+            continue
+        if key not in params:
+            known = ", ".join(params) or "none"
+            raise ValueError(f"{key}: unknown parameter of {category} {policy['name']!r} (its parameters: {known})")
+        _check_param(params[key], value)
+    return dict(choice)
+
+
+def _default_policy(category: str) -> Any:
+    return Field(default_factory=lambda: {"kind": POLICIES[category]["default"]},
+                 description=f"{POLICIES[category]['summary']}: a name or a table with kind and parameters "
+                             f"(default {POLICIES[category]['default']})")
+
+
+#: A policy choice of each category (checked against the catalogue).
+SchedulerPolicy = Annotated[dict[str, Any], BeforeValidator(lambda v: check_policy("scheduler", v))]
+LossPolicy = Annotated[dict[str, Any], BeforeValidator(lambda v: check_policy("loss", v))]
+QueuePolicy = Annotated[dict[str, Any], BeforeValidator(lambda v: check_policy("queue", v))]
 
 
 class _Model(BaseModel):
@@ -87,7 +150,7 @@ class HarqConfig(_Model):
     rtt_ms: int = Field(8, ge=1, le=16, description="transmission → retransmission, ms")
     max_tx: int = Field(4, ge=1, le=8, description="transmissions before RLC takes over")
     bler: float = Field(0.1, ge=0.0, le=1.0, description="first-transmission failure probability without a trace column")
-    retx_bler: float = Field(0.42, ge=0.0, le=1.0, description="failure probability after a failure")
+    retx_bler: float = Field(0.41, ge=0.0, le=1.0, description="failure probability after a failure")
 
 
 class RlcConfig(_Model):
@@ -118,7 +181,8 @@ class CellConfig(_Model):
 
     n_rb: Literal[6, 15, 25, 50, 75, 100] | None = Field(None, description="RBs; default: the trace's")
     n_antennas: int | None = Field(None, ge=1, le=2, description="transmit antenna ports; default: the trace's")
-    scheduler: Scheduler = Scheduler.PROPORTIONAL_FAIR
+    scheduler: SchedulerPolicy = _default_policy("scheduler")
+    loss: LossPolicy = _default_policy("loss")
     default_other_users: int = Field(1, ge=1, le=255, description="other users when the trace does not say")
     harq: HarqConfig = Field(default_factory=HarqConfig)
     rlc: RlcConfig = Field(default_factory=RlcConfig)
@@ -131,6 +195,7 @@ class UeCellConfig(_Model):
 
     queue_limit_bytes: int = Field(3 * 1024 * 1024, ge=1, le=1 << 30, description="BS drop-tail limit, bytes")
     rsrp_dbm: float = Field(-90.0, ge=-140.0, le=-44.0, description="RSRP when the trace has none, dBm")
+    queue: QueuePolicy = _default_policy("queue")
 
 
 class Delays(_Model):
@@ -230,12 +295,21 @@ class UeConfig(_TunSide):
         return self
 
 
+class Mi2logConfig(_Model):
+    """The diag feed as diag log packets, the phone's own format (``DIAG_FEED.md``)."""
+
+    file: bool = Field(True, description="also write diag-ue<N>.mi2log (only while `file` is on)")
+    tcp: bool = Field(True, description="serve the byte stream on 127.0.0.1:<diag_port + 1> in the UE namespace")
+    pty: bool = Field(False, description="serve it on a pseudo-terminal too (path in the ready line)")
+
+
 class DiagConfig(_Model):
     """Diag feed options."""
 
     stats_period_ms: int = Field(1, ge=1, description="period of the cumulative RLC/PDCP statistics, ms")
     file: bool = Field(True, description="also write each UE's feed to diag-ue<N>.jsonl (off for a big cell: "
                                          "the feed then costs nothing while no subscriber is connected)")
+    mi2log: Mi2logConfig = Field(default_factory=Mi2logConfig)
 
 
 class AffinityConfig(_Model):

@@ -18,8 +18,9 @@ import errno
 import json
 import socket
 import time
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 

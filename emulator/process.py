@@ -19,18 +19,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Sequence
-
-from clawbed.errors import ClawbedError
-from clawbed.files import atomic_write
-from clawbed.netns import OwnedProcess, Resources, new_run_id
-from clawbed.paths import REPO_ROOT
+from typing import Any
 
 from clawbed.emulator.config import EmulatorConfig
 from clawbed.emulator.diag import diag_file
 from clawbed.emulator.topology import CellTopology
+from clawbed.errors import ClawbedError
+from clawbed.files import atomic_write
+from clawbed.netns import OwnedProcess, Resources, new_run_id
+from clawbed.paths import REPO_ROOT
 
 #: The emulator binary: ``$CLAWBED_EMU`` if set (a candidate build under test or
 #: measurement), else the release build in the repository.
@@ -84,7 +84,7 @@ class Emulator:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> "Emulator":
+    def start(self) -> Emulator:
         """Write the config, start the binary, and return once it printed ``ready``."""
         if self._proc is not None:
             raise EmulatorError("this emulator was already started")
@@ -250,7 +250,7 @@ class Emulator:
 
     # -- context manager ---------------------------------------------------------------------
 
-    def __enter__(self) -> "Emulator":
+    def __enter__(self) -> Emulator:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -275,7 +275,9 @@ class EmulatedCell:
 
     def __init__(self, n_ues: int, output_dir: Path | str, *, ue: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  run_id: str | None = None, binary: Path | None = None, ready_timeout_s: float = 15.0,
-                 **fields: Any) -> None:
+                 topology: Callable[[Resources, int], CellTopology] = CellTopology, **fields: Any) -> None:
+        """``topology`` makes the network (``orchestrator.network.Topology`` for one that can
+        also have a wired side); the other keywords are the emulator config's."""
         self.n_ues = n_ues
         self.output_dir = Path(output_dir).resolve()
         self.run_id = run_id or new_run_id()
@@ -283,6 +285,7 @@ class EmulatedCell:
         self._fields = fields
         self._binary = binary
         self._ready_timeout_s = ready_timeout_s
+        self._topology = topology
         self.res = Resources(self.run_id, self.output_dir / "ledger.jsonl")
         #: Set once entered.
         self.topo: CellTopology
@@ -292,10 +295,10 @@ class EmulatedCell:
         self.counters: dict[str, Any] | None = None
         self._stop_attempted = False
 
-    def __enter__(self) -> "EmulatedCell":
+    def __enter__(self) -> EmulatedCell:
         self.res.__enter__()
         try:
-            self.topo = CellTopology(self.res, self.n_ues)
+            self.topo = self._topology(self.res, self.n_ues)
             self.config = EmulatorConfig.for_topology(self.topo, output_dir=self.output_dir, ue=self._ue, **self._fields)
             self.emulator = Emulator(self.res, self.config, binary=self._binary,
                                      ready_timeout_s=self._ready_timeout_s).start()

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from clawbed.netns import Namespace, OwnedProcess, Resources
 

@@ -20,8 +20,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from clawbed.netns import socket_in_namespace
 
@@ -97,7 +97,7 @@ class UdpSink:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
 
-    def __enter__(self) -> "UdpSink":
+    def __enter__(self) -> UdpSink:
         selector = selectors.DefaultSelector()
         try:
             for ns in self.namespaces:

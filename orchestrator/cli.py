@@ -11,13 +11,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from clawbed.tables import TerminalTable
 
 from clawbed.errors import InputError
 from clawbed.orchestrator import regress as rg
 from clawbed.orchestrator.runner import Executor, make_executor, run_suite
 from clawbed.orchestrator.spec import load_spec
 from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows
+from clawbed.tables import TerminalTable
 
 _store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
                              help="the SQLite result store (default: <runs>/results.sqlite)")
@@ -30,6 +30,13 @@ _ray_address_option = click.option(
     "--ray-address", envvar="RAY_ADDRESS", default=None, metavar="HOST:PORT",
     help="the Ray cluster to run on (--executor ray; default: $RAY_ADDRESS, else a local cluster started for "
          "the sweep and stopped after it)")
+_inject_option = click.option(
+    "--inject-delay-ms", type=float, default=0.0, show_default=True,
+    help="slow every load down on purpose: add this many ms to every server → UE packet's core delay (to "
+         "measure what a regression check detects; run it into a sweep of its own)")
+_rerun_late_option = click.option(
+    "--rerun-late/--no-rerun-late", default=True, show_default=True,
+    help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms")
 _spec_argument = click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path, exists=True,
                                                                              dir_okay=False))
 
@@ -87,17 +94,21 @@ def suite_list(spec_path: Path) -> None:
 @click.option("--run-id-prefix", default="", help="first characters of each run id (e.g. 'or' for manual runs)")
 @_store_option
 @_influx_option
+@_inject_option
+@_rerun_late_option
 def suite_run(spec_path: Path, resume: bool, only: tuple[str, ...], sweep: str, executor: str,
               ray_address: str | None, output_root: Path | None, run_id_prefix: str, store_path: Path | None,
-              influx_url: str | None) -> None:
+              influx_url: str | None, inject_delay_ms: float, rerun_late: bool) -> None:
     """Run every scenario of SPEC (one replay each), recording each load as it ends."""
     spec = load_spec(spec_path)
     with Store(store_path, influx_url) as store:
         summary = run_suite(spec, store, sweep=sweep, resume=resume, only=only,
                             executor=_executor(executor, ray_address), output_root=output_root,
-                            run_id_prefix=run_id_prefix)
+                            run_id_prefix=run_id_prefix, inject_delay_ms=inject_delay_ms, rerun_late=rerun_late)
         _print_summary_table(store, spec.name, sweep)
-    click.echo(f"{summary.recorded} load(s) recorded, {summary.skipped} already there"
+    click.echo(f"{summary.recorded} load(s) recorded, {summary.skipped} already there; timing: "
+               f"{summary.late_reruns} load(s) run again because the emulator fell behind, "
+               f"{summary.timing_flagged} recorded flagged"
                + (f"; failed scenario(s): {', '.join(summary.failed_scenarios)}" if summary.failed_scenarios else ""),
                err=True)
     if summary.failed_scenarios:
@@ -111,9 +122,8 @@ def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
         table.add_column(col, justify="right" if col not in ("scenario", "scheme") else "left")
     for s in samples.values():
         m = s.summary()
-        fmt = (lambda k: f"{m[k]:,.0f}" if k in m else "–")
-        table.add_row(s.label, s.scheme, str(m["n_ok"]), str(m["n_failed"]), fmt("median_ms"), fmt("mean_ms"),
-                      fmt("std_ms"))
+        ms = [f"{m[k]:,.0f}" if k in m else "–" for k in ("median_ms", "mean_ms", "std_ms")]
+        table.add_row(s.label, s.scheme, str(m["n_ok"]), str(m["n_failed"]), *ms)
     _console().print(table)
 
 
@@ -194,6 +204,8 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
 @click.option("--run-id-prefix", default="")
 @_store_option
 @_influx_option
+@_inject_option
+@_rerun_late_option
 def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str | None, update_baseline: bool,
             threshold: float, junit_path: Path | None, executor: str, ray_address: str | None,
             output_root: Path | None, run_id_prefix: str,

@@ -1,25 +1,44 @@
 """PLT regression check: each (scenario, scheme) PLT distribution of a run against a baseline.
 
-The test, per (scenario label, scheme), on the successful loads' PLTs:
+The test, per (scenario label, scheme), on the successful loads' PLTs (loads during which the
+emulator fell behind — ``timing_ok`` False — are left out and counted):
 
-* statistic: the **Hodges–Lehmann ratio** — the median, over every (current load, baseline
-  load) pair, of current PLT / baseline PLT. It answers "how much slower is a load now than a
-  load then", and one odd load moves it little.
-* uncertainty: the **exact distribution-free confidence interval** of that ratio that goes
-  with the Mann–Whitney U test: with n current and m baseline loads, the k-th smallest and
-  k-th largest of the n·m pair ratios, k the largest count for which the chance, with nothing
-  changed, that k or fewer pairs favour one side is at most 2.5 % (the U statistic's exact
-  null distribution, counted below). It holds at least 95 % coverage at any sample size and
-  for any PLT distribution, so long as loads are independent; ties (equal PLTs to the
-  microsecond) make it slightly conservative.
-* verdict: **regression** when the interval's lower end > ``threshold`` (default 1.10: now is,
-  with 95 % confidence, more than 10 % slower than the baseline); **improved** when its upper
-  end < 1 / ``threshold``; **ok** otherwise.
+* **paired** (the default whenever it can be): a suite's rounds are aligned to the trace, so
+  repetition r of a rerun meets the same trace stretch (``trace_ms``) as repetition r of the
+  baseline. The pairs' log ratios d_r = log(current_r / baseline_r) take the trace's variation
+  out; the statistic is the **Hodges–Lehmann estimate of the paired ratio** — exp of the median
+  of the Walsh averages (d_i + d_j) / 2, i ≤ j — and its **exact distribution-free interval**
+  goes with the Wilcoxon signed-rank test: the k-th smallest and k-th largest Walsh averages,
+  k the largest count for which the chance, with nothing changed (each d_r as likely positive
+  as negative), that the signed-rank statistic is k − 1 or less is at most 2.5 %
+  (:func:`signed_rank_null_counts`, counted exactly). At least 95 % coverage for any
+  distribution symmetric under no change, at any n; :data:`MIN_PAIRS` pairs (6: 1/64 per
+  tail) is the least for which an interval exists.
+* **unpaired** (fallback: fewer than :data:`MIN_PAIRS` pairs with the same repetition and
+  trace time — a baseline without them, or failed loads): the **Hodges–Lehmann ratio** — the
+  median, over every (current load, baseline load) pair, of current PLT / baseline PLT — with
+  the exact interval of the Mann–Whitney U test: the k-th smallest and k-th largest of the n·m
+  pair ratios, k from the U statistic's exact null distribution. At least 95 % coverage at any
+  sample size and for any PLT distribution, so long as loads are independent; ties make it
+  slightly conservative.
+* verdict: **regression** when the interval lies above 1 (the slowdown is significant: a
+  false alarm at most 2.5 % of the time per check) *and* the estimate is at least
+  ``threshold`` (default 1.05: a significant change smaller than that is not reported);
+  **improved** when the interval lies below 1 and the estimate is at most 1 / ``threshold``;
+  **ok** otherwise. A regression needs evidence that PLT grew, not that it grew by more than
+  the threshold: requiring the interval's low end above the threshold would catch a change
+  of exactly the threshold only half the time.
 * also failing: **missing** (no successful load now, or not in the baseline), **new
   failures** (a larger fraction of failed loads than in the baseline) and **too few loads**
   (no 95 % interval exists for so few: 3 loads against 3 can never show a change at 95 %,
   since one ordering in 20 happens by chance — a check that cannot fail is not a check).
-  :data:`MIN_LOADS` loads a side is the least that can; the CI suite runs 5.
+  :data:`MIN_LOADS` loads a side is the least the unpaired test can work with, :data:`MIN_PAIRS`
+  the paired one; the CI suite runs 6.
+
+How small a change the check catches depends on the loads' noise: :func:`detection_power`
+and :func:`detectable_ratio` give the chance of a "regression" verdict, and the smallest ratio
+caught with a given probability, from measured paired log ratios of unchanged reruns
+(``orchestrator/suites/ci-power.json`` holds the CI suite's, measured with injected slowdowns).
 
 Why not a bootstrap of the ratio of medians: with a few loads a side its interval is far too
 narrow (it resamples only the few values seen), so an unchanged run whose loads happen to fall
@@ -34,9 +53,10 @@ from __future__ import annotations
 import json
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -44,45 +64,68 @@ from clawbed.errors import InputError
 from clawbed.files import atomic_write
 from clawbed.orchestrator.store import LoadRow
 
-DEFAULT_THRESHOLD = 1.10
+DEFAULT_THRESHOLD = 1.05
 CONFIDENCE = 0.95
 #: The fewest loads a side for which a 95 % interval exists when both sides have as many
 #: (4 against 4: all 70 orderings equally likely unchanged, the most extreme 1/70 < 2.5 %).
 MIN_LOADS = 4
-BASELINE_FORMAT = 1
+#: The fewest pairs for which the paired 95 % interval exists (6: all 64 sign patterns equally
+#: likely unchanged, the most extreme 1/64 < 2.5 %; 5 pairs give 1/32).
+MIN_PAIRS = 6
+BASELINE_FORMAT = 2
+#: Baseline formats this version reads (1: PLTs only, compared unpaired).
+BASELINE_FORMATS = (1, 2)
 FAILING = ("regression", "missing", "new-failures", "too-few-loads")
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One (scenario, scheme)'s loads: successful PLTs (ms) and the count of failed loads."""
+    """One (scenario, scheme)'s loads: successful PLTs (ms) in repetition order, the count of
+    failed loads; per PLT its repetition and trace time (empty: not known, no pairing); loads
+    left out because the emulator fell behind during them, and loads run again for that."""
 
     label: str
     scenario_id: str
     scheme: str
     plt_ms: tuple[float, ...]
     n_failed: int
+    repetitions: tuple[int, ...] = ()
+    trace_ms: tuple[int | None, ...] = ()
+    n_late: int = 0
+    late_reruns: int = 0
 
     @property
     def key(self) -> str:
         return f"{self.label}|{self.scheme}"
 
+    def by_round(self) -> dict[tuple[int, int], float]:
+        """(repetition, trace_ms) → PLT, for the loads that can be paired (trace time known)."""
+        if len(self.repetitions) != len(self.plt_ms) or len(self.trace_ms) != len(self.plt_ms):
+            return {}
+        return {(r, t): p for r, t, p in zip(self.repetitions, self.trace_ms, self.plt_ms) if t is not None}
+
     def summary(self) -> dict[str, Any]:
         a = np.asarray(self.plt_ms, dtype=float)
         stats = ({"median_ms": float(np.median(a)), "mean_ms": float(a.mean()), "std_ms": float(a.std(ddof=0)),
                   "min_ms": float(a.min()), "max_ms": float(a.max())} if len(a) else {})
-        return {"n_ok": len(a), "n_failed": self.n_failed, **stats}
+        return {"n_ok": len(a), "n_failed": self.n_failed, "n_late": self.n_late, "late_reruns": self.late_reruns,
+                **stats}
 
 
 def samples_from_loads(rows: Iterable[LoadRow]) -> dict[str, Sample]:
-    """Group loads by (label, scheme)."""
+    """Group loads by (label, scheme); a load the emulator fell behind in is counted, not used."""
     groups: dict[tuple[str, str], list[LoadRow]] = {}
     for r in rows:
         groups.setdefault((r.label, r.scheme), []).append(r)
     out = {}
     for (label, scheme), rs in sorted(groups.items()):
-        ok = tuple(float(r.plt_ms) for r in sorted(rs, key=lambda r: r.repetition) if r.ok and r.plt_ms is not None)
-        s = Sample(label, rs[0].scenario_id, scheme, ok, sum(1 for r in rs if not r.ok or r.plt_ms is None))
+        used = [r for r in sorted(rs, key=lambda r: r.repetition)
+                if r.ok and r.plt_ms is not None and r.timing_ok is not False]
+        s = Sample(label, rs[0].scenario_id, scheme, tuple(float(r.plt_ms) for r in used if r.plt_ms is not None),
+                   sum(1 for r in rs if not r.ok or r.plt_ms is None),
+                   repetitions=tuple(r.repetition for r in used), trace_ms=tuple(r.trace_ms for r in used),
+                   n_late=sum(1 for r in rs if r.ok and r.plt_ms is not None and r.timing_ok is False),
+                   late_reruns=sum(r.late_reruns for r in rs))
         out[s.key] = s
     return out
 
@@ -109,15 +152,19 @@ def mann_whitney_null_counts(n: int, m: int) -> np.ndarray:
     return row[m]
 
 
+def _rank_from_counts(counts: np.ndarray, confidence: float) -> int:
+    """The largest k with P(statistic ≤ k − 1) ≤ (1 − confidence) / 2 under the null counts."""
+    cdf = np.cumsum(counts) / counts.sum()
+    return int(np.searchsorted(cdf, (1 - confidence) / 2 * (1 + 1e-12), side="right"))
+
+
 def interval_rank(n: int, m: int, confidence: float = CONFIDENCE) -> int:
     """k: the interval runs from the k-th smallest to the k-th largest of the n·m pair ratios —
     the largest k with P(U ≤ k − 1) ≤ (1 − confidence) / 2 under no change; 0 when even the
     most extreme ordering is likelier than that (no interval exists)."""
     if n == 0 or m == 0:
         return 0
-    counts = mann_whitney_null_counts(n, m)
-    cdf = np.cumsum(counts) / counts.sum()
-    return int(np.searchsorted(cdf, (1 - confidence) / 2 * (1 + 1e-12), side="right"))
+    return _rank_from_counts(mann_whitney_null_counts(n, m), confidence)
 
 
 def hodges_lehmann_ratio_ci(current: Iterable[float], baseline: Iterable[float], *,
@@ -139,6 +186,74 @@ def hodges_lehmann_ratio_ci(current: Iterable[float], baseline: Iterable[float],
     return ratio, float(ratios[k - 1]), float(ratios[len(ratios) - k])
 
 
+def signed_rank_null_counts(n: int) -> np.ndarray:
+    """How many of the 2**n equally likely sign patterns of n paired differences (nothing
+    changed: each as likely positive as negative, no ties, no zeros) give each value
+    t = 0 … n(n+1)/2 of the signed-rank statistic T+ (the sum of the ranks of |d| of the
+    positive differences), as floats (exact up to 2**53): the subsets of {1, …, n} by sum."""
+    if n < 0:
+        raise ValueError("the number of pairs must be >= 0")
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1
+    for rank in range(1, n + 1):
+        top = rank * (rank + 1) // 2
+        # Rank ``rank`` positive (sum shifts by it) or not; newest first so each is used once.
+        counts[rank:top + 1] += counts[:top + 1 - rank].copy()
+    return counts
+
+
+def signed_rank_interval_rank(n: int, confidence: float = CONFIDENCE) -> int:
+    """k: the paired interval runs from the k-th smallest to the k-th largest of the
+    n(n+1)/2 Walsh averages — the largest k with P(T+ ≤ k − 1) ≤ (1 − confidence) / 2 under no
+    change; 0 when no interval exists for so few pairs."""
+    if n == 0:
+        return 0
+    return _rank_from_counts(signed_rank_null_counts(n), confidence)
+
+
+def paired_hodges_lehmann_ratio_ci(current: Iterable[float], baseline: Iterable[float], *,
+                                   confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
+    """(ratio, CI low, CI high) of paired PLTs (``current[i]`` against ``baseline[i]``): exp of the
+    Hodges–Lehmann estimate of the log ratios (the median of their Walsh averages) and the
+    exact signed-rank interval (``None`` ends when no interval exists for so few pairs)."""
+    cur, base = np.asarray(list(current), float), np.asarray(list(baseline), float)
+    if len(cur) != len(base) or len(cur) == 0:
+        raise ValueError("paired samples need the same number (at least one) of values")
+    if np.any(cur <= 0) or np.any(base <= 0):
+        raise ValueError("PLTs must be positive")
+    d = np.log(cur / base)
+    i, j = np.triu_indices(len(d))
+    walsh = np.sort((d[i] + d[j]) / 2)
+    ratio = float(np.exp(np.median(walsh)))
+    k = signed_rank_interval_rank(len(d), confidence)
+    if k == 0:
+        return ratio, None, None
+    return ratio, float(np.exp(walsh[k - 1])), float(np.exp(walsh[len(walsh) - k]))
+
+
+def pair_up(current: Sample, baseline: Sample) -> tuple[list[float], list[float]]:
+    """The PLTs of the loads of both samples that met the same trace stretch: same repetition
+    and same (known) trace time; (current, baseline) in repetition order."""
+    cur, base = current.by_round(), baseline.by_round()
+    common = sorted(set(cur) & set(base))
+    return [cur[k] for k in common], [base[k] for k in common]
+
+
+def ratio_ci(current: Sample, baseline: Sample, *,
+             confidence: float = CONFIDENCE) -> tuple[str, float, float | None, float | None, str]:
+    """(method, ratio, CI low, CI high, note): paired when at least :data:`MIN_PAIRS` loads pair
+    up, otherwise unpaired over all loads."""
+    cur_p, base_p = pair_up(current, baseline)
+    if len(cur_p) >= MIN_PAIRS:
+        ratio, low, high = paired_hodges_lehmann_ratio_ci(cur_p, base_p, confidence=confidence)
+        left = len(current.plt_ms) + len(baseline.plt_ms) - 2 * len(cur_p)
+        return "paired", ratio, low, high, f"{left} unpaired load(s) left out" if left else ""
+    ratio, low, high = hodges_lehmann_ratio_ci(current.plt_ms, baseline.plt_ms, confidence=confidence)
+    why = (f"unpaired: {len(cur_p)} pair(s) of the same trace stretch, fewer than {MIN_PAIRS}"
+           if current.by_round() and baseline.by_round() else "unpaired: no trace times to pair by")
+    return "unpaired", ratio, low, high, why
+
+
 @dataclass(frozen=True)
 class Comparison:
     """The verdict on one (scenario label, scheme)."""
@@ -154,67 +269,130 @@ class Comparison:
     n_current: int
     n_baseline: int
     note: str = ""
+    #: paired | unpaired (None: no test ran).
+    method: str | None = None
+    #: Loads left out because the emulator fell behind during them, now and in the baseline.
+    n_late_current: int = 0
+    n_late_baseline: int = 0
 
     @property
     def failed(self) -> bool:
         return self.verdict in FAILING
 
 
+def verdict_of(ratio: float, low: float | None, high: float | None, threshold: float) -> str:
+    """regression, improved, ok — or too-few-loads when no interval exists."""
+    if low is None or high is None:
+        return "too-few-loads"
+    if low > 1 and ratio >= threshold:
+        return "regression"
+    if high < 1 and ratio <= 1 / threshold:
+        return "improved"
+    return "ok"
+
+
 def compare(current: dict[str, Sample], baseline: dict[str, Sample], *,
             threshold: float = DEFAULT_THRESHOLD) -> list[Comparison]:
     """A verdict for every (label, scheme) in the baseline or the current results."""
-    if threshold <= 1:
-        raise InputError(f"--threshold {threshold}: must be > 1 (a ratio of medians)")
+    if threshold < 1:
+        raise InputError(f"--threshold {threshold}: must be >= 1 (a PLT ratio)")
     out = []
     for key in sorted(set(current) | set(baseline)):
         cur, base = current.get(key), baseline.get(key)
-        label, scheme = (cur or base).label, (cur or base).scheme  # type: ignore[union-attr]
+        either = cur or base
+        assert either is not None  # the key came from one of the two
+        label, scheme = either.label, either.scheme
         n_cur, n_base = len(cur.plt_ms) if cur else 0, len(base.plt_ms) if base else 0
-        med = (lambda s: float(np.median(s.plt_ms)) if s and s.plt_ms else None)
-        note = ""
+        late = {"n_late_current": cur.n_late if cur else 0, "n_late_baseline": base.n_late if base else 0}
+
+        def med(s: Sample | None) -> float | None:
+            return float(np.median(s.plt_ms)) if s and s.plt_ms else None
+
+        notes = []
         if cur and base and cur.scenario_id != base.scenario_id:
-            note = f"settings changed (id {base.scenario_id} → {cur.scenario_id})"
+            notes.append(f"settings changed (id {base.scenario_id} → {cur.scenario_id})")
+        if late["n_late_current"] or late["n_late_baseline"]:
+            notes.append(f"{late['n_late_current']} load(s) now, {late['n_late_baseline']} in the baseline left out: "
+                         "the emulator fell behind")
         if base is None:
             out.append(Comparison(label, scheme, "missing", None, None, None, med(cur), None, n_cur, 0,
-                                  "not in the baseline (--update-baseline to add it)"))
+                                  "not in the baseline (--update-baseline to add it)", **late))
             continue
         if cur is None or not cur.plt_ms or not base.plt_ms:
             why = "no successful load now" if base.plt_ms else "no successful load in the baseline"
             out.append(Comparison(label, scheme, "missing", None, None, None, med(cur), med(base), n_cur, n_base,
-                                  "; ".join(x for x in (why, note) if x)))
+                                  "; ".join([why, *notes]), **late))
             continue
-        ratio, low, high = hodges_lehmann_ratio_ci(cur.plt_ms, base.plt_ms)
+        method, ratio, low, high, how = ratio_ci(cur, base)
+        if how:
+            notes.insert(0, how)
+        verdict = verdict_of(ratio, low, high, threshold)
         fail_now = cur.n_failed / (cur.n_failed + n_cur)
         fail_before = base.n_failed / (base.n_failed + n_base)
-        if low is not None and low > threshold:
-            verdict = "regression"
-        elif fail_now > fail_before:
+        if verdict != "regression" and fail_now > fail_before:
             verdict = "new-failures"
-            note = "; ".join(x for x in (f"{cur.n_failed} failed load(s), baseline {base.n_failed}", note) if x)
-        elif low is None or high is None:
-            verdict = "too-few-loads"
-            note = "; ".join(x for x in (f"no {CONFIDENCE:.0%} interval exists for {n_cur} against {n_base} loads "
-                                         f"(at least {MIN_LOADS} a side)", note) if x)
-        elif high < 1 / threshold:
-            verdict = "improved"
-        else:
-            verdict = "ok"
-        out.append(Comparison(label, scheme, verdict, ratio, low, high, med(cur), med(base), n_cur, n_base, note))
+            notes.insert(0, f"{cur.n_failed} failed load(s), baseline {base.n_failed}")
+        elif verdict == "too-few-loads":
+            notes.insert(0, f"no {CONFIDENCE:.0%} interval exists for {n_cur} against {n_base} loads "
+                            f"(at least {MIN_PAIRS} pairs or {MIN_LOADS} loads a side)")
+        out.append(Comparison(label, scheme, verdict, ratio, low, high, med(cur), med(base), n_cur, n_base,
+                              "; ".join(notes), method, **late))
     return out
+
+
+# -- how small a change the check catches ----------------------------------------------------------
+
+
+def detection_power(noise_log_ratios: Iterable[float], ratio: float, *, n_pairs: int = MIN_PAIRS,
+                    threshold: float = DEFAULT_THRESHOLD, trials: int = 4000, seed: int = 1) -> float:
+    """The chance that a paired check of ``n_pairs`` pairs says "regression" when PLT is
+    ``ratio`` times the baseline's, the pairs' noise drawn (with replacement, each with a
+    random sign: the noise of an unchanged rerun is symmetric) from ``noise_log_ratios`` —
+    measured log(rerun / baseline) of unchanged reruns' paired loads."""
+    noise = np.asarray(list(noise_log_ratios), float)
+    if len(noise) == 0:
+        raise ValueError("no noise values")
+    rng = np.random.default_rng(seed)
+    k = signed_rank_interval_rank(n_pairs)
+    if k == 0:
+        return 0.0
+    d = rng.choice(noise, size=(trials, n_pairs)) * rng.choice([-1.0, 1.0], size=(trials, n_pairs)) + np.log(ratio)
+    i, j = np.triu_indices(n_pairs)
+    walsh = np.sort((d[:, i] + d[:, j]) / 2, axis=1)
+    low, est = walsh[:, k - 1], np.median(walsh, axis=1)
+    return float(np.mean((low > 0) & (est >= np.log(threshold))))
+
+
+def detectable_ratio(noise_log_ratios: Iterable[float], *, power: float = 0.95, n_pairs: int = MIN_PAIRS,
+                     threshold: float = DEFAULT_THRESHOLD, trials: int = 4000, seed: int = 1,
+                     step: float = 0.005, largest: float = 3.0) -> float | None:
+    """The smallest PLT ratio (on a grid of ``step``) that the paired check of ``n_pairs`` pairs
+    calls a regression with probability ``power`` (:func:`detection_power`); None beyond
+    ``largest``."""
+    noise = list(noise_log_ratios)
+    ratio = 1.0
+    while ratio <= largest:
+        if detection_power(noise, ratio, n_pairs=n_pairs, threshold=threshold, trials=trials, seed=seed) >= power:
+            return round(ratio, 6)
+        ratio += step
+    return None
 
 
 # -- baseline file ------------------------------------------------------------------------------
 
 
 def write_baseline(path: Path, suite: str, samples: dict[str, Sample], *, threshold: float = DEFAULT_THRESHOLD) -> None:
-    """The baseline JSON: per (label, scheme) the PLT samples (ms) and their summary."""
+    """The baseline JSON: per (label, scheme) the PLT samples (ms) with each load's repetition
+    and trace time (the pairing), and their summary."""
     doc = {
         "format": BASELINE_FORMAT, "suite": suite, "created_unix_s": round(time.time(), 3),
-        "test": {"statistic": "Hodges-Lehmann ratio: the median of current/baseline over all load pairs",
-                 "method": "exact Mann-Whitney confidence interval", "confidence": CONFIDENCE,
-                 "regression_when": f"CI lower bound > {threshold}"},
+        "test": {"statistic": "Hodges-Lehmann ratio: of the paired loads (same repetition and trace time) when at "
+                              f"least {MIN_PAIRS} pair up, else of all load pairs",
+                 "method": "exact Wilcoxon signed-rank interval (paired), exact Mann-Whitney interval (unpaired)",
+                 "confidence": CONFIDENCE, "regression_when": f"CI lower bound > 1 and ratio >= {threshold}"},
         "entries": {k: {"label": s.label, "scenario_id": s.scenario_id, "scheme": s.scheme,
-                        "plt_ms": list(s.plt_ms), "summary": s.summary()} for k, s in sorted(samples.items())},
+                        "plt_ms": list(s.plt_ms), "repetitions": list(s.repetitions), "trace_ms": list(s.trace_ms),
+                        "summary": s.summary()} for k, s in sorted(samples.items())},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "w") as f:
@@ -230,13 +408,21 @@ def read_baseline(path: Path) -> tuple[str, dict[str, Sample]]:
         raise InputError(f"--baseline {path}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:
         raise InputError(f"--baseline {path}: not JSON ({e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != BASELINE_FORMAT or not isinstance(doc.get("entries"), dict):
-        raise InputError(f"--baseline {path}: not a baseline of format {BASELINE_FORMAT} (keys format, suite, entries)")
+    if not isinstance(doc, dict) or doc.get("format") not in BASELINE_FORMATS or not isinstance(doc.get("entries"), dict):
+        raise InputError(f"--baseline {path}: not a baseline of format {' or '.join(map(str, BASELINE_FORMATS))} "
+                         "(keys format, suite, entries)")
     out = {}
-    for key, e in doc["entries"].items():
+    for key, entry in doc["entries"].items():
         try:
-            out[key] = Sample(e["label"], e["scenario_id"], e["scheme"], tuple(float(v) for v in e["plt_ms"]),
-                              int(e["summary"]["n_failed"]))
+            plts = tuple(float(v) for v in entry["plt_ms"])
+            reps = tuple(int(v) for v in entry.get("repetitions", ()))
+            trace = tuple(None if v is None else int(v) for v in entry.get("trace_ms", ()))
+            if reps and (len(reps) != len(plts) or len(trace) != len(plts)):
+                raise ValueError("repetitions/trace_ms: not one per plt_ms")
+            summary = entry["summary"]
+            out[key] = Sample(entry["label"], entry["scenario_id"], entry["scheme"], plts, int(summary["n_failed"]),
+                              repetitions=reps, trace_ms=trace, n_late=int(summary.get("n_late", 0)),
+                              late_reruns=int(summary.get("late_reruns", 0)))
         except (KeyError, TypeError, ValueError) as err:
             raise InputError(f"--baseline {path}: entries.{key}: bad or missing {err}") from None
     return str(doc.get("suite", "")), out
@@ -257,7 +443,7 @@ def junit_xml(suite: str, comparisons: list[Comparison], threshold: float) -> by
         detail = describe(c)
         if c.failed:
             failure = ET.SubElement(tc, "failure", type=c.verdict,
-                                    message=f"{c.verdict}: {detail} (regression when CI low > {threshold:g})")
+                                    message=f"{c.verdict}: {detail} (regression when CI low > 1 and ratio >= {threshold:g})")
             failure.text = json.dumps(asdict(c), indent=1)
         else:
             ET.SubElement(tc, "system-out").text = detail
@@ -269,6 +455,6 @@ def describe(c: Comparison) -> str:
     if c.ratio is None:
         return c.note or c.verdict
     interval = f"95% CI {c.ci_low:.3f}, {c.ci_high:.3f}" if c.ci_low is not None else "no 95% CI"
-    text = (f"median {c.current_median_ms:,.0f} ms vs {c.baseline_median_ms:,.0f} ms, ratio {c.ratio:.3f} "
-            f"[{interval}], n={c.n_current}/{c.n_baseline}")
+    text = (f"median {c.current_median_ms:,.0f} ms vs {c.baseline_median_ms:,.0f} ms, {c.method or ''} ratio "
+            f"{c.ratio:.3f} [{interval}], n={c.n_current}/{c.n_baseline}")
     return f"{text}; {c.note}" if c.note else text

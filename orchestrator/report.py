@@ -27,7 +27,7 @@ def _pooled(per_label: dict[str, list[float]]) -> list[float]:
 def _reduction_pct(mine: list[float], other: list[float], stat: str) -> float:
     """``mine``'s PLT reduction against ``other``'s, %, of their means or their worst loads."""
     f = np.max if stat == "worst" else np.mean
-    return (1 - f(mine) / f(other)) * 100
+    return float((1 - f(mine) / f(other)) * 100)
 
 
 def _what(p: PaperNumber) -> str:
@@ -76,7 +76,7 @@ def _measure(p: PaperNumber, samples: dict[str, Sample]) -> tuple[str, str]:
 
 def paper_rows(numbers: list[PaperNumber], samples: dict[str, Sample]) -> list[tuple[str, ...]]:
     """One table row per paper number (:data:`COLUMNS`)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for p in numbers:
         scenarios = p.match if p.versus_match is None else f"{p.match} vs {p.versus_match}"
         if p.not_emulated is not None:

@@ -17,6 +17,7 @@ given one; the loads stream back to this process, which alone writes the store.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -24,10 +25,11 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -38,10 +40,10 @@ from clawbed.orchestrator.network.crosstraffic import CrossTrafficSpec, OtherUeS
 from clawbed.orchestrator.spec import LoadedSpec, Scenario, materialize_trace
 from clawbed.orchestrator.store import DEFAULT_SWEEP, LoadRow, Store
 from clawbed.paths import runs_dir, state_dir
+from clawbed.replay.records import LoadRecord
 from clawbed.replay.run import Replay, ReplayConfig, ReplayEvent
 
 #: One finished load as the replay reports it (``replay.run`` record: scheme, round, ok, plt_ms…).
-LoadRecord = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,10 @@ class ReplayJob:
     run_dir: Path
     #: The run id (namespaces ``cb<run id>…``), at most 4 characters.
     run_id: str
+    #: A deliberate slowdown for calibrating a regression check (``ReplayConfig.inject_delay_ms``).
+    inject_delay_ms: float = 0.0
+    #: Load again a load during which the emulator fell behind (``ReplayConfig.rerun_late``).
+    rerun_late: bool = True
 
 
 #: Runs a job, calling back with each load's record as it ends. The real one is
@@ -86,6 +92,7 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
         wired_loss_pct=cond.wired_loss_pct, wired_reorder_pct=cond.wired_reorder_pct,
         scheduler=cond.scheduler, seed=sc.seed, name=job.run_dir.name,
         load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan),
+        inject_delay_ms=job.inject_delay_ms, rerun_late=job.rerun_late,
         cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, scheme=c.scheme, object_bytes=c.object_bytes,
                                         off_ms=c.off_ms) for c in cond.cross_traffic],
         other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page) for o in cond.other_ues])
@@ -117,7 +124,7 @@ class LocalExecutor:
             on_done: Callable[[ReplayJob, BaseException | None], None]) -> None:
         for job in jobs:
             try:
-                self.replay(job, lambda record, job=job: on_load(job, record))
+                self.replay(job, functools.partial(on_load, job))
             except (ClawbedError, OSError) as e:
                 on_done(job, e)  # the scenario failed; the sweep goes on with the next one
             else:
@@ -148,9 +155,9 @@ def ray_temp_dir() -> Path:
 @contextmanager
 def _environ(values: dict[str, str]) -> Iterator[None]:
     """``os.environ`` with ``values`` set (kept where already set) for the block, restored after."""
-    saved = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        os.environ.setdefault(k, v)
+    saved: dict[str, str | None] = {k: os.environ.get(k) for k in values}
+    for key, value in values.items():
+        os.environ.setdefault(key, value)
     try:
         yield
     finally:
@@ -408,6 +415,10 @@ class SweepSummary:
     recorded: int = 0
     skipped: int = 0
     failed_scenarios: list[str] = field(default_factory=list)
+    #: Loads run again because the emulator fell behind during them, and loads recorded with
+    #: ``timing_ok`` False (every attempt fell behind).
+    late_reruns: int = 0
+    timing_flagged: int = 0
 
 
 def new_run_id(prefix: str = "") -> str:
@@ -432,12 +443,15 @@ def select(scenarios: list[Scenario], only: Iterable[str]) -> list[Scenario]:
 
 def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, resume: bool = False,
               only: Iterable[str] = (), executor: Executor | None = None, output_root: Path | None = None,
-              run_id_prefix: str = "", console: Console | None = None) -> SweepSummary:
+              run_id_prefix: str = "", console: Console | None = None, inject_delay_ms: float = 0.0,
+              rerun_late: bool = True) -> SweepSummary:
     """Run (or resume) every selected scenario of ``spec`` into ``store`` under ``sweep``.
 
     Without ``resume``, a sweep that has loads recorded already is refused (so results are
     never mixed by accident). Run directories go to ``<output_root>/<suite>/<sweep>/``
-    (default: the runs folder's ``suites/``).
+    (default: the runs folder's ``suites/``). ``inject_delay_ms`` slows every load down on
+    purpose (``ReplayConfig.inject_delay_ms``: to calibrate a regression check; the scenario ids
+    stay); ``rerun_late`` loads again a load during which the emulator fell behind.
     """
     console = console or Console(stderr=True)
     executor = executor or LocalExecutor()
@@ -468,7 +482,8 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
         attempt = 1
         while (root / f"{sc.id}-a{attempt}").exists() or str(root / f"{sc.id}-a{attempt}") in used:
             attempt += 1
-        jobs.append(ReplayJob(sc, plan, root / f"{sc.id}-a{attempt}", new_run_id(run_id_prefix)))
+        jobs.append(ReplayJob(sc, plan, root / f"{sc.id}-a{attempt}", new_run_id(run_id_prefix),
+                              inject_delay_ms=inject_delay_ms, rerun_late=rerun_late))
 
     total = sum(len(j.plan) for j in jobs)
     console.print(f"suite {suite} (sweep {sweep}): {len(scenarios)} scenario(s), {total} load(s) to run, "
@@ -480,16 +495,19 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
 
     def on_load(job: ReplayJob, record: LoadRecord) -> None:
         sc = job.scenario
-        row = LoadRow(suite=suite, sweep=sweep, scenario_id=sc.id, label=sc.label, scheme=record["scheme"],
-                      repetition=int(record["round"]), ok=bool(record["ok"]), plt_ms=record.get("plt_ms"),
-                      bytes_total=record.get("bytes_total"), protocol=record.get("protocol"),
-                      error=record.get("error"), run_dir=str(job.run_dir), load_index=record.get("load"),
-                      t_start_unix_s=record.get("t_start_unix_s"), t_end_unix_s=record.get("t_end_unix_s"),
-                      recorded_unix_s=time.time())
+        row = LoadRow.from_record(record, suite=suite, sweep=sweep, scenario_id=sc.id, label=sc.label,
+                                  run_dir=str(job.run_dir), recorded_unix_s=time.time())
         if store.record_load(row):
             summary.recorded += 1
+            summary.late_reruns += row.late_reruns
+            summary.timing_flagged += row.timing_ok is False
         outcome = (f"PLT {row.plt_ms:,.0f} ms" if row.ok and row.plt_ms is not None
                    else f"[red]failed: {row.error}[/red]")
+        if row.late_reruns:
+            outcome += f" (after {row.late_reruns} rerun(s): the emulator fell behind)"
+        if row.timing_ok is False:
+            outcome += (f" [yellow]timing flagged: the emulator fell behind (subframe lateness max "
+                        f"{row.subframe_late_max_ms} ms, delivery error max {row.delivery_err_max_ms} ms)[/yellow]")
         progress.console.print(f"  {sc.label} {row.scheme:<6} rep {row.repetition}: {outcome}")
         progress.advance(per_job[id(job)])
         progress.advance(overall)

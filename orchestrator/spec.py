@@ -55,13 +55,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from clawbed.claw.schemes import SCHEMES
 from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, parse_rate_bps
-from clawbed.units import parse_size_bytes
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
 from clawbed.replay import pages
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS
 from clawbed.traces.synth import PRESETS
+from clawbed.units import parse_size_bytes
 
 SAMPLE_TRACES = REPO_ROOT / "traces" / "samples"
 SYNTH_PREFIX = "synth:"
@@ -168,7 +168,7 @@ class Condition(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _cross_needs_wireline(self) -> "Condition":
+    def _cross_needs_wireline(self) -> Condition:
         if self.cross_traffic and self.wireline_rate is None:
             raise ValueError("cross_traffic shares the wireline bottleneck: set wireline_rate too")
         # Jitter and reordering vary a delay: the same rule as the replay's (Impairment's).
@@ -250,7 +250,7 @@ class Matrix(_Strict):
     conditions: list[Condition] = Field(default_factory=lambda: [Condition()], min_length=1)
 
     @model_validator(mode="after")
-    def _unique_condition_names(self) -> "Matrix":
+    def _unique_condition_names(self) -> Matrix:
         names = [c.name or f"c{i}" for i, c in enumerate(self.conditions)]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -292,7 +292,7 @@ class PaperNumber(_Strict):
     missing: str | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "PaperNumber":
+    def _consistent(self) -> PaperNumber:
         comparing = self.metric in ("reduction_pct", "worst_reduction_pct")
         if comparing and self.versus is None:
             raise ValueError(f"metric {self.metric} compares two schemes: set versus")
@@ -358,7 +358,7 @@ class Spec(_Strict):
         return data
 
     @model_validator(mode="after")
-    def _one_matrix_form(self) -> "Spec":
+    def _one_matrix_form(self) -> Spec:
         if (self.matrix is None) == (self.matrices is None):
             raise ValueError("give either matrix or matrices (a list of named matrices)")
         if self.matrices is not None:
@@ -422,7 +422,7 @@ def parse_spec(data: Any, source: str = "<spec>") -> Spec:
         raise SpecError(_format_errors(source, e)) from None
 
 
-def load_spec(path: Path) -> "LoadedSpec":
+def load_spec(path: Path) -> LoadedSpec:
     """Read, validate and locate a spec file (relative trace paths are relative to it)."""
     try:
         text = path.read_text()
@@ -461,7 +461,7 @@ def _extend(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     return {**base, **{k: v for k, v in data.items() if k != EXTENDS_KEY}}
 
 
-def _check_paper(loaded: "LoadedSpec", source: str) -> None:
+def _check_paper(loaded: LoadedSpec, source: str) -> None:
     """Each measurable paper number matches scenarios of the spec that run its schemes (a typo
     in ``match`` would otherwise show as "not run" only after the sweep)."""
     scenarios = loaded.scenarios()

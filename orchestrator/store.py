@@ -8,7 +8,8 @@ Tables::
                first/last update (Unix s)
     loads      (suite, sweep, scenario_id, scheme, repetition) UNIQUE → label, ok, plt_ms,
                bytes_total, protocol, error, run_dir, load index in its run, start/end
-               (Unix s), recorded (Unix s)
+               (Unix s), recorded (Unix s), trace_ms, timing integrity (timing_ok,
+               late_reruns, worst subframe lateness and delivery error, steal %)
 
 A *sweep* names one campaign of a suite in the store (default ``main``): a regression check
 runs its own sweep so that it measures afresh instead of reusing earlier results.
@@ -24,13 +25,15 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from clawbed.dashboards.metrics import MetricsWriter, Point
 from clawbed.errors import InputError
 from clawbed.paths import runs_dir
+from clawbed.replay.records import LoadRecord
 
 DEFAULT_SWEEP = "main"
 INFLUX_ENV = "CLAWBED_INFLUX_URL"
@@ -50,11 +53,19 @@ CREATE TABLE IF NOT EXISTS loads (
     scheme TEXT NOT NULL, repetition INTEGER NOT NULL, ok INTEGER NOT NULL, plt_ms REAL,
     bytes_total INTEGER, protocol TEXT, error TEXT, run_dir TEXT, load_index INTEGER,
     t_start_unix_s REAL, t_end_unix_s REAL, recorded_unix_s REAL NOT NULL,
+    trace_ms INTEGER, timing_ok INTEGER, late_reruns INTEGER NOT NULL DEFAULT 0, subframe_late_max_ms REAL,
+    delivery_err_max_ms REAL, steal_pct REAL,
     UNIQUE (suite, sweep, scenario_id, scheme, repetition));
 CREATE INDEX IF NOT EXISTS loads_by_scenario ON loads (suite, sweep, scenario_id);
 """
 LOAD_COLUMNS = ("suite", "sweep", "scenario_id", "label", "scheme", "repetition", "ok", "plt_ms", "bytes_total",
-                "protocol", "error", "run_dir", "load_index", "t_start_unix_s", "t_end_unix_s", "recorded_unix_s")
+                "protocol", "error", "run_dir", "load_index", "t_start_unix_s", "t_end_unix_s", "recorded_unix_s",
+                "trace_ms", "timing_ok", "late_reruns", "subframe_late_max_ms", "delivery_err_max_ms", "steal_pct")
+#: Columns a later version added to ``loads``, with their SQL types: a store made before them
+#: gets them on opening (NULL in its old rows).
+_ADDED_LOAD_COLUMNS = (("trace_ms", "INTEGER"), ("timing_ok", "INTEGER"),
+                       ("late_reruns", "INTEGER NOT NULL DEFAULT 0"), ("subframe_late_max_ms", "REAL"),
+                       ("delivery_err_max_ms", "REAL"), ("steal_pct", "REAL"))
 
 
 def default_store_path() -> Path:
@@ -81,6 +92,28 @@ class LoadRow:
     t_start_unix_s: float | None
     t_end_unix_s: float | None
     recorded_unix_s: float
+    #: Trace time the load started at (the round's; loads of one repetition share it), ms.
+    trace_ms: int | None = None
+    #: The emulator kept time during the load (None: not measured; False: it fell behind by
+    #: more than 1 ms, ``clawbed.replay.records.LATE_LIMIT_MS``), how many attempts of the load
+    #: were discarded for that, and the worst lateness seen (ms) and steal (% of CPU time).
+    timing_ok: bool | None = None
+    late_reruns: int = 0
+    subframe_late_max_ms: float | None = None
+    delivery_err_max_ms: float | None = None
+    steal_pct: float | None = None
+
+    @classmethod
+    def from_record(cls, record: LoadRecord, *, suite: str, sweep: str, scenario_id: str, label: str,
+                    run_dir: str | None, recorded_unix_s: float) -> LoadRow:
+        """The row of a replay's load record."""
+        return cls(suite=suite, sweep=sweep, scenario_id=scenario_id, label=label, scheme=record.scheme,
+                   repetition=record.round, ok=record.ok, plt_ms=record.plt_ms, bytes_total=record.bytes_total,
+                   protocol=record.protocol, error=record.error, run_dir=run_dir, load_index=record.load,
+                   t_start_unix_s=record.t_start_unix_s, t_end_unix_s=record.t_end_unix_s,
+                   recorded_unix_s=recorded_unix_s, trace_ms=record.trace_ms, timing_ok=record.timing_ok,
+                   late_reruns=record.late_reruns, subframe_late_max_ms=record.subframe_late_max_ms,
+                   delivery_err_max_ms=record.delivery_err_max_ms, steal_pct=record.steal_pct)
 
     def as_dict(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in LOAD_COLUMNS}
@@ -100,6 +133,10 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(loads)")}
+        for name, sql_type in _ADDED_LOAD_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE loads ADD COLUMN {name} {sql_type}")
         url = influx_url if influx_url is not None else os.environ.get(INFLUX_ENV)
         self._metrics = (MetricsWriter(url, spool_dir=self.path.parent / "influx-spool", batch_points=1)
                          if url else None)
@@ -109,7 +146,7 @@ class Store:
             self._metrics.close()
         self._db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -117,7 +154,7 @@ class Store:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _transaction(self) -> "_Tx":
+    def _transaction(self) -> _Tx:
         return _Tx(self._db)
 
     def ensure_scenario(self, suite: str, sweep: str, scenario_id: str, label: str,
@@ -160,8 +197,13 @@ class Store:
             self._metrics.add(Point(INFLUX_MEASUREMENT,
                                     {"suite": row.suite, "sweep": row.sweep, "scenario": row.scenario_id,
                                      "label": row.label, "scheme": row.scheme},
-                                    {"plt_ms": row.plt_ms, "bytes_total": row.bytes_total, "ok": row.ok,
-                                     "repetition": row.repetition},
+                                    {k: v for k, v in (("plt_ms", row.plt_ms), ("bytes_total", row.bytes_total),
+                                                       ("ok", row.ok), ("repetition", row.repetition),
+                                                       ("timing_ok", row.timing_ok), ("late_reruns", row.late_reruns),
+                                                       ("subframe_late_max_ms", row.subframe_late_max_ms),
+                                                       ("delivery_err_max_ms", row.delivery_err_max_ms),
+                                                       ("steal_pct", row.steal_pct))
+                                     if v is not None},
                                     int((row.t_end_unix_s or row.recorded_unix_s) * 1e9)))
             self._metrics.send()
         return added
@@ -191,7 +233,10 @@ class Store:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY suite, sweep, label, scheme, repetition"
-        return [LoadRow(**{**dict(r), "ok": bool(r["ok"])}) for r in self._db.execute(sql, args)]
+        return [LoadRow(**{**dict(r), "ok": bool(r["ok"]),
+                           "timing_ok": None if r["timing_ok"] is None else bool(r["timing_ok"]),
+                           "late_reruns": r["late_reruns"] or 0})
+                for r in self._db.execute(sql, args)]
 
     def scenarios(self, *, suite: str | None = None, sweep: str | None = None) -> list[dict[str, Any]]:
         """Per-scenario rows (status, label, settings, run dirs)."""

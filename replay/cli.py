@@ -11,14 +11,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clawbed.claw.schemes.base import scheme_names
-from clawbed.errors import InputError
-from clawbed.paths import REPO_ROOT, runs_dir
-from clawbed.units import parse_size_bytes
 from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS
 from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
-
+from clawbed.paths import REPO_ROOT, runs_dir
 from clawbed.replay.report import plt_stats, stats_table, write_report
-from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent
+from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent, describe_lateness
+from clawbed.units import parse_size_bytes
 
 DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
 @click.command("replay")
@@ -62,12 +60,18 @@ DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
 @click.option("--align-trace/--no-align-trace", default=True, show_default=True,
               help="start every load of a round at the same point of the trace (rounds spread over it), so "
                    "the schemes meet the same channel; off: each load meets the trace where the run has got to")
+@click.option("--inject-delay-ms", type=float, default=0.0, show_default=True,
+              help="a deliberate slowdown: add this many ms to every server → UE packet's core delay (to "
+                   "calibrate a regression check)")
+@click.option("--rerun-late/--no-rerun-late", default=True, show_default=True,
+              help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None,
            wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float, wired_reorder_pct: float,
            scheduler: str,
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
-           cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool) -> None:
+           cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
+           rerun_late: bool) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -81,7 +85,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         wired_loss_pct=wired_loss_pct, wired_reorder_pct=wired_reorder_pct, scheduler=scheduler, seed=seed, name=name,
         load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),
         cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
-        other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace)
+        other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace,
+        inject_delay_ms=inject_delay_ms, rerun_late=rerun_late)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)
@@ -89,12 +94,13 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
 
     def on_event(event: ReplayEvent) -> None:
         if event.kind == "load-start":
-            progress.update(task, description=f"load {event.load + 1}/{event.total_loads}: {event.scheme}")
+            progress.update(task, description=f"load {(event.load or 0) + 1}/{event.total_loads}: {event.scheme}")
         elif event.kind == "load-done" and event.record is not None:
             r = event.record
-            outcome = (f"PLT {r['plt_ms']:,.0f} ms, {r['bytes_total']:,} bytes, {r['protocol']}" if r["ok"]
-                       else f"[red]failed: {r['error']}[/red]")
-            progress.console.print(f"  load {r['load']:>3} {r['scheme']:<6} {outcome}")
+            outcome = (f"PLT {r.plt_ms:,.0f} ms, {r.bytes_total or 0:,} bytes, {r.protocol}"
+                       if r.measured and r.plt_ms is not None else f"[red]failed: {r.error}[/red]")
+            late = "" if r.timing_ok is not False else f" [yellow]timing flagged: {describe_lateness(r)}[/yellow]"
+            progress.console.print(f"  load {r.load:>3} {r.scheme:<6} {outcome}{late}")
             progress.advance(task)
         elif event.kind == "warning":
             progress.console.print(f"  [yellow]warning:[/yellow] {event.message}")
@@ -114,7 +120,9 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
     if run.records:
         Console().print(stats_table(plt_stats(run.records), title=f"PLT per scheme — {run.name}"))
         report = write_report(out)
-        console.print(f"{len(run.records)} load(s) in {elapsed:.0f} s; report: {report}")
+        flagged = sum(1 for r in run.records if r.timing_ok is False)
+        console.print(f"{len(run.records)} load(s) in {elapsed:.0f} s; timing: {run.late_reruns} load(s) run again "
+                      f"because the emulator fell behind, {flagged} kept flagged; report: {report}")
     if interrupted:
         console.print(f"interrupted: {len(run.records)} finished load(s) kept in {out}; everything else removed")
         raise click.exceptions.Abort()

@@ -17,8 +17,9 @@ import json
 import random
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from clawbed.errors import InputError
 
@@ -244,7 +245,7 @@ def image_bytes(obj: WebObject, size_bytes: int, rng: random.Random) -> bytes:
 
 
 @functools.lru_cache(maxsize=1)
-def _base_font() -> "object":
+def _base_font() -> object:
     """A minimal valid TrueType font (glyphs .notdef and 'A', both a box) with fixed
     timestamps, so the bytes are the same on every run."""
     from fontTools.fontBuilder import FontBuilder  # fontTools: only needed when writing fonts
@@ -280,6 +281,7 @@ def _woff(private: bytes) -> bytes:
     font = _base_font()
     data = WOFFFlavorData()
     data.privData = private or None
+    # fontTools' TTFont has these (set in __init__/defined late); its stubs do not say so.
     font.flavorData = data  # type: ignore[attr-defined]
     out = io.BytesIO()
     font.save(out)  # type: ignore[attr-defined]

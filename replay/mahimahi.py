@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import urljoin, urlsplit
 
 from clawbed.errors import InputError
@@ -82,10 +82,11 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
             raise WireError(start, "varint longer than 10 bytes")
 
 
-def _fields(data: bytes, start: int, end: int, where: str) -> Iterator[tuple[int, int, object, int]]:
+def _fields(data: bytes, start: int, end: int, where: str) -> Iterator[tuple[int, int, FieldValue, int]]:
     """(field number, wire type, value, offset of the field's key) of the message in
     ``data[start:end]``; a length-delimited value is its (start, end)."""
     pos = start
+    value: FieldValue
     while pos < end:
         offset = pos
         try:
@@ -120,6 +121,21 @@ def _fields(data: bytes, start: int, end: int, where: str) -> Iterator[tuple[int
         yield number, wire, value, offset
 
 
+FieldValue = int | bytes | tuple[int, int]
+
+
+def _span(value: FieldValue) -> tuple[int, int]:
+    """A length-delimited field's (start, end) in the data (the caller checked the wire type)."""
+    assert isinstance(value, tuple)
+    return value
+
+
+def _uint(value: FieldValue) -> int:
+    """A varint field's value (the caller checked the wire type)."""
+    assert isinstance(value, int)
+    return value
+
+
 def _expect(wire: int, expected: int, name: str, offset: int) -> None:
     if wire != expected:
         raise WireError(offset, f"{name}: wire type {wire} ({_WIRE_NAMES.get(wire, 'invalid')}), "
@@ -151,7 +167,7 @@ def _header(data: bytes, start: int, end: int, where: str) -> tuple[bytes, bytes
     for number, wire, val, offset in _fields(data, start, end, where):
         if number in (1, 2):
             _expect(wire, WIRE_LEN, f"{where}.{'key' if number == 1 else 'value'}({number})", offset)
-            a, b = val  # type: ignore[misc]
+            a, b = _span(val)
             if number == 1:
                 key = data[a:b]
             else:
@@ -164,16 +180,16 @@ def _message(data: bytes, start: int, end: int, where: str, into: HttpMessage) -
     for number, wire, val, offset in _fields(data, start, end, where):
         if number == 1:
             _expect(wire, WIRE_LEN, f"{where}.first_line(1)", offset)
-            a, b = val  # type: ignore[misc]
+            a, b = _span(val)
             into.first_line = data[a:b]
         elif number == 2:
             name = f"{where}.header(2)[{len(into.headers)}]"
             _expect(wire, WIRE_LEN, name, offset)
-            a, b = val  # type: ignore[misc]
+            a, b = _span(val)
             into.headers.append(_header(data, a, b, name))
         elif number == 3:
             _expect(wire, WIRE_LEN, f"{where}.body(3)", offset)
-            a, b = val  # type: ignore[misc]
+            a, b = _span(val)
             into.body = data[a:b]
     return into
 
@@ -186,23 +202,24 @@ def parse_request_response(data: bytes) -> RequestResponse:
     for number, wire, val, offset in _fields(data, 0, len(data), where):
         if number == 1:
             _expect(wire, WIRE_LEN, f"{where}.ip(1)", offset)
-            a, b = val  # type: ignore[misc]
+            a, b = _span(val)
             try:
                 out.ip = data[a:b].decode("utf-8")
             except UnicodeDecodeError:
                 raise WireError(a, f"{where}.ip(1): not UTF-8 (a proto string)") from None
         elif number == 2:
             _expect(wire, WIRE_VARINT, f"{where}.port(2)", offset)
-            if not 0 <= val <= 0xFFFFFFFF:  # type: ignore[operator]
-                raise WireError(offset, f"{where}.port(2): {val} is not a uint32")
-            out.port = int(val)  # type: ignore[arg-type]
+            port = _uint(val)
+            if not 0 <= port <= 0xFFFFFFFF:
+                raise WireError(offset, f"{where}.port(2): {port} is not a uint32")
+            out.port = port
         elif number == 3:
             _expect(wire, WIRE_VARINT, f"{where}.scheme(3)", offset)
-            out.scheme = int(val)  # type: ignore[arg-type]
+            out.scheme = _uint(val)
         elif number in (4, 5):
             name = f"{where}.{'request' if number == 4 else 'response'}({number})"
             _expect(wire, WIRE_LEN, name, offset)
-            a, b = val  # type: ignore[misc]
+            a, b = _span(val)
             current = (out.request if number == 4 else out.response) or HttpMessage()
             _message(data, a, b, name, current)
             if number == 4:
@@ -362,13 +379,13 @@ class _Parsed:
 def _exchange(path: Path, record: RequestResponse) -> _Parsed:
     where = f"mahimahi recording {path}"
     assert record.request is not None and record.response is not None
-    line = record.request.first_line.decode("latin-1")  # type: ignore[union-attr]
+    line = (record.request.first_line or b"").decode("latin-1")
     parts = line.split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         raise InputError(f"{where}: RequestResponse.request(4).first_line(1) {line[:80]!r} is not an "
                          "HTTP request line (METHOD TARGET HTTP/x.y)")
     method, target = parts[0], parts[1]
-    status_line = record.response.first_line  # type: ignore[union-attr]
+    status_line = record.response.first_line
     m = _STATUS_LINE.match(status_line or b"")
     if not m:
         raise InputError(f"{where}: RequestResponse.response(5).first_line(1) "
@@ -405,7 +422,7 @@ def _exchange(path: Path, record: RequestResponse) -> _Parsed:
     headers: list[tuple[str, str]] = []
     content_type = location = None
     chunked = False
-    for raw_key, raw_value in record.response.headers:  # type: ignore[union-attr]
+    for raw_key, raw_value in record.response.headers:
         key = raw_key.strip()
         value = raw_value.strip().decode("latin-1")
         low = key.decode("latin-1").lower()
@@ -418,7 +435,7 @@ def _exchange(path: Path, record: RequestResponse) -> _Parsed:
         if low in DROPPED_HEADERS or not _TOKEN.match(key) or any(c in value for c in "\r\n\0"):
             continue
         headers.append((key.decode("latin-1"), value))
-    body = record.response.body or b""  # type: ignore[union-attr]
+    body = record.response.body or b""
     if chunked:
         body = dechunk(body, where)
     if status in REDIRECTS and location:

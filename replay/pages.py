@@ -451,10 +451,11 @@ def page_from_har(path: Path, name: str | None = None) -> Page:
             raise InputError(f"HAR {where}.response.bodySize: not an integer")
         size = body
         if size < 0:
-            size = _field(entry, "response.content.size", where)
-            if not isinstance(size, int) or size < 0:
+            content_size = _field(entry, "response.content.size", where)
+            if not isinstance(content_size, int) or content_size < 0:
                 raise InputError(f"HAR {where}.response.content.size: not a byte count "
                                  "(and response.bodySize is unknown)")
+            size = content_size
         kind = _kind_of(mime, url)
         if not objects:
             if kind != "html":

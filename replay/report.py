@@ -19,17 +19,19 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 import plotly.offline
-from clawbed.tables import TerminalTable
 
 from clawbed.files import atomic_write
+from clawbed.replay.records import LoadRecord
 from clawbed.replay.rundir import MANIFEST, read_csv, read_results
+from clawbed.tables import TerminalTable
 
 REPORT_HTML = "report.html"
 PLOTLY_JS = "plotly.min.js"
@@ -66,17 +68,17 @@ def _reduction(baseline: float | None, value: float | None) -> float | None:
     return 100.0 * (baseline - value) / baseline
 
 
-def plt_stats(records: Iterable[dict[str, Any]], baseline: str = BASELINE) -> list[SchemeStats]:
+def plt_stats(records: Iterable[LoadRecord], baseline: str = BASELINE) -> list[SchemeStats]:
     """Per scheme (in order of first appearance): loads, successes, mean, median, p95 (linear
     interpolation) and worst PLT, and the reduction of mean and median vs ``baseline``."""
     plts: dict[str, list[float]] = {}
     loads: dict[str, int] = {}
     for r in records:
-        scheme = r["scheme"]
+        scheme = r.scheme
         loads[scheme] = loads.get(scheme, 0) + 1
         plts.setdefault(scheme, [])
-        if r.get("ok") and r.get("plt_ms") is not None:
-            plts[scheme].append(float(r["plt_ms"]))
+        if r.measured:
+            plts[scheme].append(float(r.plt_ms or 0.0))  # measured: plt_ms is set
     raw: list[SchemeStats] = []
     for scheme, values in plts.items():
         a = np.asarray(values)
@@ -127,7 +129,7 @@ def _floats(values: Sequence[str]) -> np.ndarray:
     return np.array([float(v) if v not in ("", "None") else math.nan for v in values], dtype=float)
 
 
-def _binned(t_s: np.ndarray, values: np.ndarray, bin_s: float, how: str) -> tuple[list[float], list[float]]:
+def _binned(t_s: np.ndarray, values: np.ndarray, bin_s: float, how: str) -> tuple[list[float | None], list[float | None]]:
     """``values`` summed or averaged over bins of ``bin_s`` of ``t_s``; (bin starts, values)."""
     if t_s.size == 0:
         return [], []
@@ -143,16 +145,16 @@ def _binned(t_s: np.ndarray, values: np.ndarray, bin_s: float, how: str) -> tupl
     return _round(starts), _round(out)
 
 
-def _round(a: np.ndarray, digits: int = 4) -> list[float]:
+def _round(a: np.ndarray, digits: int = 4) -> list[float | None]:
     """Plain (JSON) numbers, NaN as None, so the report's data stay readable text."""
-    return [None if math.isnan(x) else round(float(x), digits) for x in a]  # type: ignore[misc]
+    return [None if math.isnan(x) else round(float(x), digits) for x in a]
 
 
 @dataclass
 class LoadSeries:
     """One load's record and its series, times in s since the load's start."""
 
-    record: dict[str, Any]
+    record: LoadRecord
     tcp: dict[str, list[str]]
     truth: dict[str, list[str]]
     estimates: dict[str, list[str]]
@@ -160,12 +162,12 @@ class LoadSeries:
     @property
     def label(self) -> str:
         r = self.record
-        plt = f"{r['plt_ms']:,.0f} ms" if r.get("ok") and r.get("plt_ms") is not None else "failed"
-        return f"load {r['load']} · {r['scheme']} · PLT {plt}"
+        plt = f"{r.plt_ms:,.0f} ms" if r.measured and r.plt_ms is not None else "failed"
+        return f"load {r.load} · {r.scheme} · PLT {plt}"
 
     def since_start(self, unix_s: Sequence[str]) -> np.ndarray:
         """Unix times as s since the page's first connection (else the load's start)."""
-        origin = self.record.get("t_first_flow_unix_s") or self.record.get("t_start_unix_s")
+        origin = self.record.t_first_flow_unix_s or self.record.t_start_unix_s
         if origin is None:  # the load never started (its scheme's set-up failed): no series
             return np.array([])
         return _floats(unix_s) - float(origin)
@@ -176,8 +178,8 @@ class LoadSeries:
         return {flow: np.flatnonzero(names == flow) for flow in dict.fromkeys(names.tolist())}
 
 
-def read_load_series(run_dir: Path, record: dict[str, Any]) -> LoadSeries:
-    load_dir = run_dir / record["load_dir"]
+def read_load_series(run_dir: Path, record: LoadRecord) -> LoadSeries:
+    load_dir = run_dir / record.load_dir
     return LoadSeries(record, read_csv(load_dir / "tcp.csv"), read_csv(load_dir / "truth.csv"),
                       read_csv(load_dir / "estimates.csv"))
 
@@ -252,20 +254,20 @@ def _selector_figure(title: str, y_title: str, per_load: Sequence[tuple[str, lis
 
 def _median_load(loads: Sequence[LoadSeries]) -> int:
     """Index of the load whose PLT is the median of the successful ones (0 if none succeeded)."""
-    ok = [(s.record["plt_ms"], i) for i, s in enumerate(loads) if s.record.get("ok") and s.record.get("plt_ms")]
+    ok = [(s.record.plt_ms, i) for i, s in enumerate(loads) if s.record.measured]
     if not ok:
         return 0
     ok.sort()
     return ok[(len(ok) - 1) // 2][1]
 
 
-def _plt_figure(records: Sequence[dict[str, Any]], schemes: Sequence[str]) -> go.Figure:
+def _plt_figure(records: Sequence[LoadRecord], schemes: Sequence[str]) -> go.Figure:
     fig = go.Figure()
     for scheme in schemes:
-        ok = [r for r in records if r["scheme"] == scheme and r.get("ok") and r.get("plt_ms") is not None]
-        fig.add_trace(go.Box(y=[round(float(r["plt_ms"]), 1) for r in ok], name=scheme, boxpoints="all",
+        ok = [r for r in records if r.scheme == scheme and r.measured]
+        fig.add_trace(go.Box(y=[round(float(r.plt_ms or 0), 1) for r in ok], name=scheme, boxpoints="all",
                              jitter=0.4, pointpos=0, boxmean=True,
-                             text=[f"load {r['load']}" for r in ok], hovertemplate="%{text}: %{y} ms"))
+                             text=[f"load {r.load}" for r in ok], hovertemplate="%{text}: %{y} ms"))
     fig.update_layout(title="Page load time per scheme", yaxis_title="PLT, ms", height=460, showlegend=False)
     return fig
 
@@ -273,11 +275,11 @@ def _plt_figure(records: Sequence[dict[str, Any]], schemes: Sequence[str]) -> go
 def build_figures(run_dir: Path) -> list[tuple[str, go.Figure]]:
     """(section heading, figure) of every view of the report."""
     records = read_results(run_dir)
-    schemes = list(dict.fromkeys(r["scheme"] for r in records))
+    schemes = list(dict.fromkeys(r.scheme for r in records))
     series = [read_load_series(run_dir, r) for r in records]
     figures: list[tuple[str, go.Figure]] = [("Page load time", _plt_figure(records, schemes))]
     for scheme in schemes:
-        mine = [s for s in series if s.record["scheme"] == scheme]
+        mine = [s for s in series if s.record.scheme == scheme]
         figures.append((f"Server cwnd vs time, {scheme}",
                         _selector_figure(f"{scheme}: server cwnd, W_claw, W_cubic", "window, kB",
                                          [(s.label, _cwnd_traces(s)) for s in mine], _median_load(mine))))
@@ -289,6 +291,27 @@ def build_figures(run_dir: Path) -> list[tuple[str, go.Figure]]:
         figures.append((heading, _selector_figure(title, y_title, [(s.label, make(s)) for s in series],
                                                   default if make is _load_traces else _median_load(series))))
     return figures
+
+
+def _timing_section(records: Sequence[LoadRecord], manifest: dict[str, Any]) -> str:
+    """Timing integrity: how many loads the emulator fell behind in, and a row per flagged one."""
+    measured = [r for r in records if r.timing_ok is not None]
+    flagged = [r for r in records if r.timing_ok is False]
+    reruns = int(manifest.get("late_reruns", sum(r.late_reruns for r in records)))
+
+    def ms(v: float | None) -> str:
+        return "—" if v is None else f"{v:.2f}"
+
+    rows = "".join(
+        f"<tr><td>{r.load} {html.escape(r.scheme)}</td><td>{ms(r.subframe_late_max_ms)}</td>"
+        f"<td>{ms(r.subframe_late_p999_ms)}</td><td>{ms(r.delivery_err_max_ms)}</td>"
+        f"<td>{ms(r.delivery_err_p999_ms)}</td><td>{ms(r.steal_pct)}</td></tr>" for r in flagged)
+    table = ("<table><tr><th>flagged load</th><th>subframe lateness max, ms</th><th>p99.9</th>"
+             f"<th>delivery error max, ms</th><th>p99.9</th><th>steal, %</th></tr>{rows}</table>" if flagged else "")
+    worst = max((r.delivery_err_max_ms or 0.0 for r in measured), default=None)
+    return (f"<section><h2>Timing integrity</h2><p>{len(measured)} load(s) measured, "
+            f"<b>{len(flagged)} flagged</b> (the emulator fell behind by more than 1 ms), {reruns} load(s) run "
+            f"again because of it; worst delivery error {ms(worst)} ms.</p>{table}</section>")
 
 
 def write_report(run_dir: Path) -> Path:
@@ -309,6 +332,7 @@ def write_report(run_dir: Path) -> Path:
         f"<tr><td>{html.escape(s.scheme)}</td><td>{s.ok}/{s.loads}</td><td>{_ms(s.mean_ms)}</td>"
         f"<td>{_ms(s.median_ms)}</td><td>{_ms(s.p95_ms)}</td><td>{_ms(s.worst_ms)}</td>"
         f"<td>{_pct(s.mean_reduction_pct)}</td><td>{_pct(s.median_reduction_pct)}</td></tr>" for s in stats)
+    timing = _timing_section(records, manifest)
     config = manifest.get("config", {})
     summary = ", ".join(f"{k} {html.escape(str(v))}" for k, v in config.items() if v is not None)
     page = f"""<!DOCTYPE html>
@@ -322,6 +346,7 @@ section{{margin-top:2em}}</style></head>
 <p>status: {html.escape(str(manifest.get("status", "?")))}; {len(records)} load(s).</p>
 <table><tr><th>scheme</th><th>loads ok</th><th>mean PLT, ms</th><th>median</th><th>p95</th><th>worst</th>
 <th>mean reduction vs {BASELINE}</th><th>median reduction vs {BASELINE}</th></tr>{rows}</table>
+{timing}
 {"".join(sections)}
 </body></html>
 """

@@ -32,9 +32,10 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,14 +44,32 @@ from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, Delays, Emula
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
-from clawbed.netns import OwnedProcess, ResourceError, Resources, new_run_id
-from clawbed.orchestrator.network.crosstraffic import (MAX_OTHER_UES, Background, CrossTrafficSpec, OtherUeSpec,
-                                                       SchemeSettings, build_activities)
+from clawbed.netns import Resources, new_run_id
+from clawbed.orchestrator.network.crosstraffic import (
+    MAX_OTHER_UES,
+    Background,
+    CrossTrafficSpec,
+    OtherUeSpec,
+    SchemeSettings,
+    build_activities,
+)
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
-from clawbed.replay.rundir import (RunDir, check_name, compress_in_place, default_name, host_facts, read_csv,
-                                   sha256_file, versions, write_csv, write_zstd_lines)
+from clawbed.replay.lateness import LoadTiming, cpu_ticks, judge, steal_between
+from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
+from clawbed.replay.rundir import (
+    RunDir,
+    check_name,
+    compress_in_place,
+    default_name,
+    host_facts,
+    read_csv,
+    sha256_file,
+    versions,
+    write_csv,
+    write_zstd_lines,
+)
 from clawbed.replay.sampler import DEFAULT_PERIOD_S, SAMPLE_COLUMNS, TcpSampler
 from clawbed.traces.io import read_trace
 
@@ -114,6 +133,14 @@ class ReplayConfig:
     #: schemes compared meet the same channel; False: each load meets the trace wherever the
     #: run has got to (the loads of a round then see different stretches of it).
     align_trace: bool = True
+    #: A deliberate slowdown, for calibrating a regression check: this many ms added to the
+    #: emulator's core delay on the server → UE path (every downlink packet), so every round
+    #: trip of the page takes that much longer. 0: none.
+    inject_delay_ms: float = 0.0
+    #: Load again a load during which the emulator fell behind (``timing_ok`` False), up to
+    #: ``max_late_reruns`` times; the discarded attempts go to ``late-loads.jsonl``.
+    rerun_late: bool = True
+    max_late_reruns: int = 2
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -156,6 +183,10 @@ class ReplayConfig:
             raise InputError(message) from None
         if self.scheduler not in SCHEDULERS:
             raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(SCHEDULERS)}")
+        if not 0 <= self.inject_delay_ms <= 10_000:
+            raise InputError(f"--inject-delay-ms {self.inject_delay_ms}: must be 0..10000")
+        if self.max_late_reruns < 0:
+            raise InputError(f"--max-late-reruns {self.max_late_reruns}: must be >= 0")
         if self.load_timeout_s <= 0:
             raise InputError(f"--load-timeout-s {self.load_timeout_s}: must be positive")
         if self.name is not None:
@@ -196,9 +227,12 @@ def _emulator_fields(config: ReplayConfig, core_rtt_ms: float | None) -> dict[st
     """The emulator's config keys for ``config`` (beyond the topology's), with the core RTT
     the run uses (``config.core_rtt_ms``, or more when a wired delay moved into it)."""
     fields: dict[str, Any] = {"seed": config.seed, "cell": {"scheduler": config.scheduler}}
+    if core_rtt_ms is None and config.inject_delay_ms > 0:
+        core_rtt_ms = Delays().core_down_ms + Delays().core_up_ms
     if core_rtt_ms is not None:
         half = core_rtt_ms / 2
-        fields["delays"] = {"core_down_ms": half, "core_up_ms": half, "ignore_trace_core_delay": True}
+        fields["delays"] = {"core_down_ms": half + config.inject_delay_ms, "core_up_ms": half,
+                            "ignore_trace_core_delay": True}
     return fields
 
 
@@ -283,7 +317,7 @@ class ReplayEvent:
 
     kind: str  # "ready" (cell and web server up), "load-start", "load-done", "warning"
     total_loads: int
-    record: dict[str, Any] | None = None
+    record: LoadRecord | None = None
     load: int | None = None
     scheme: str | None = None
     message: str | None = None  # a warning's text
@@ -302,9 +336,13 @@ class Replay:
         self.name = config.name or default_name()
         self.run_id = new_run_id()
         self.run_dir = RunDir(config.output_root / self.name)
-        self.records: list[dict[str, Any]] = []
+        self.records: list[LoadRecord] = []
+        #: The emulator's PID once it runs (a test stalls it with SIGSTOP to see the load flagged).
+        self.emulator_pid: int | None = None
+        #: Loads run again because the emulator fell behind during them.
+        self.late_reruns = 0
 
-    def run(self) -> list[dict[str, Any]]:
+    def run(self) -> list[LoadRecord]:
         """Run every load; return their records (also in ``results.jsonl``). On Ctrl-C or
         SIGTERM, everything is torn down, the manifest says ``interrupted`` and
         :class:`KeyboardInterrupt` propagates."""
@@ -325,7 +363,7 @@ class Replay:
             status = "interrupted"
             raise
         finally:
-            ok = sum(1 for r in self.records if r["ok"])
+            ok = sum(1 for r in self.records if r.ok)
             self.run_dir.write_manifest(status=status, finished_unix_s=time.time(),
                                         duration_s=round(time.time() - started, 3),
                                         loads_done=len(self.records), loads_ok=ok)
@@ -339,6 +377,9 @@ class Replay:
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
         impairment, core_rtt_ms = self._wired_link(topo)
+        if cfg.inject_delay_ms > 0 and core_rtt_ms is None and self.trace.get("core_delay_ms") is not None:
+            raise InputError(f"--inject-delay-ms adds to the emulator's core delay, but the trace {cfg.trace} sets "
+                             f"that per subframe: give --core-rtt-ms as well")
         if cfg.wireline_rate is not None or impairment is not None:
             # The server moves to the wired side: a Mininet host behind the gateway, whose
             # link to the core router is the TBF-shaped bottleneck (and netem's impairment).
@@ -352,7 +393,9 @@ class Replay:
         emu_config = EmulatorConfig.for_topology(topo, output_dir=self.run_dir.emulator_dir, ue=ue_settings,
                                                  **_emulator_fields(cfg, core_rtt_ms))
         emu = Emulator(res, emu_config).start()
+        self.emulator_pid = emu.pid
         origin_unix_s = int(emu.ready["origin_unix_ns"]) / 1e9
+        timing = LoadTiming(emu.truth_path, emu.packets_path, origin_unix_s)
 
         site = self.run_dir.path / "site"
         self.page.materialize(site)
@@ -373,20 +416,39 @@ class Replay:
         for index, (round_, scheme_name) in enumerate(plan):
             emu.check_alive()
             self.on_event(ReplayEvent("load-start", len(plan), load=index, scheme=scheme_name))
-            load_dir = self.run_dir.load_dir(index, scheme_name)
-            ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
-                                server_address=str(server_address), server_device=server_device, ues=[endpoint],
-                                feedback_period_ms=cfg.feedback_period_ms, client_args=client_args)
             trace_ms = cfg.round_trace_ms(round_, self.trace.duration_ms) if cfg.align_trace else None
-            record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
-                                                trace_ms, emu.seek)
-            try:
-                self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s, client_log)
-            except Exception as e:  # noqa: BLE001 - the load's result outlives a failure of its series
-                record["series_error"] = f"{type(e).__name__}: {e}"
+            late_reruns = 0
+            while True:
+                load_dir = self.run_dir.load_dir(index, scheme_name)
+                ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
+                                    server_address=str(server_address), server_device=server_device,
+                                    ues=[endpoint], feedback_period_ms=cfg.feedback_period_ms,
+                                    client_args=client_args)
+                record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
+                                                    trace_ms, emu.seek)
+                try:
+                    self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s,
+                                      client_log)
+                except Exception as e:  # noqa: BLE001 - the load's result outlives a failure of its series
+                    record.series_error = f"{type(e).__name__}: {e}"
+                    self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
+                                              message=f"load {index}: its time series were not all kept: "
+                                                      f"{record.series_error}"))
+                self._judge_timing(record, timing)
+                record.late_reruns = late_reruns
+                if record.timing_ok is not False or not cfg.rerun_late or late_reruns >= cfg.max_late_reruns:
+                    break
+                # The emulator fell behind during this load: keep it aside and load again.
+                late_reruns += 1
+                self.late_reruns += 1
+                aside = load_dir.with_name(f"{load_dir.name}.late{late_reruns}")
+                load_dir.rename(aside)
+                record.load_dir = str(aside.relative_to(self.run_dir.path))
+                self.run_dir.append_late(record)
                 self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
-                                          message=f"load {index}: its time series were not all kept: "
-                                                  f"{record['series_error']}"))
+                                          message=f"load {index} ({scheme_name}): {describe_lateness(record)}; "
+                                                  f"loading it again ({late_reruns} of at most "
+                                                  f"{cfg.max_late_reruns})"))
             self.run_dir.append_result(record)
             self.records.append(record)
             self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))
@@ -395,9 +457,14 @@ class Replay:
             # The wired side with its bottleneck's counters over the whole run.
             self.run_dir.write_manifest(wired=topo.wired.describe())
         counters = emu.stop()
-        self.run_dir.write_manifest(emulator_counters=counters)
-        # Each load kept its own slice; the whole-run feed is kept too, compressed.
+        self.run_dir.write_manifest(emulator_counters=counters, late_reruns=self.late_reruns,
+                                    loads_timing_flagged=sum(1 for r in self.records if r.timing_ok is False))
+        # Each load kept its own slice; the whole-run feed is kept too, compressed (and its
+        # copy in the phone's format, diag-ue0.mi2log, when the emulator wrote one).
         compress_in_place(emu.diag_path(0))
+        mi2log = emu.diag_path(0).with_suffix(".mi2log")
+        if mi2log.is_file():
+            compress_in_place(mi2log)
 
     def _wired_link(self, topo: Topology) -> tuple[Impairment | None, float | None]:
         """Probe netem once in the run's core namespace and decide how the wired link's
@@ -459,7 +526,7 @@ class Replay:
 
     def _one_load(self, index: int, round_: int, scheme_name: str, ctx: SchemeContext, url: str,
                   ue: Any, sampler: TcpSampler, activities: list[Background],
-                  trace_ms: int | None, seek: Callable[[int], None]) -> tuple[dict[str, Any], Path | None]:
+                  trace_ms: int | None, seek: Callable[[int], None]) -> tuple[LoadRecord, Path | None]:
         """Set the scheme up, load the page once while sampling, tear the scheme down; the
         load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator)
         and the scheme's client log, if it has one.
@@ -467,19 +534,14 @@ class Replay:
         starts (None: the trace runs on)."""
         cfg = self.config
         load_dir = ctx.run_dir
-        record: dict[str, Any] = {
-            "load": index, "round": round_, "scheme": scheme_name, "cc": None, "ok": False, "error": None,
-            "plt_ms": None,
-            "bytes_total": None, "page_bytes": self.page.total_bytes, "protocol": None, "n_objects": None,
-            "t_start_unix_s": None, "t_end_unix_s": None, "flows": 0, "retransmits": None,
-            "t_first_flow_unix_s": None, "load_dir": str(load_dir.relative_to(self.run_dir.path)), "objects": [],
-            "background_bytes": {}, "trace_ms": None}
+        record = LoadRecord(load=index, round=round_, scheme=scheme_name, page_bytes=self.page.total_bytes,
+                            load_dir=str(load_dir.relative_to(self.run_dir.path)))
         scheme = get_scheme(scheme_name)()
         client_log = None
         try:
             # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
             scheme.setup(ctx)
-            record["cc"] = scheme.server_cc  # the kernel's name of it, as the TCP samples show
+            record.cc = scheme.server_cc  # the kernel's name of it, as the TCP samples show
             scheme.start_clients(ctx)  # returns once they are ready
             client_log = scheme.client_log(ctx, ctx.ues[0])
             sampler.reset(cc_maps_dir=scheme.cc_maps_dir)
@@ -487,35 +549,50 @@ class Replay:
             background_before = {a.name: a.bytes_delivered() for a in activities}
             if trace_ms is not None:
                 seek(trace_ms)
-                record["trace_ms"] = trace_ms
-            record["t_start_unix_s"] = time.time()
+                record.trace_ms = trace_ms
+            steal_before = cpu_ticks()
+            self.on_event(ReplayEvent("loader-start", len(self.config.plan()), load=index, scheme=scheme_name))
+            record.t_start_unix_s = time.time()
             result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
                                       http1=cfg.http_version == "1.1", log_dir=load_dir, access=self.access)
-            record["t_end_unix_s"] = time.time()
+            record.t_end_unix_s = time.time()
+            record.steal_ms, record.steal_pct = steal_between(steal_before, cpu_ticks())
             # What the background got across while the page loaded: the competition it met.
-            record["background_bytes"] = {a.name: a.bytes_delivered() - background_before[a.name]
-                                          for a in activities}
-            record.update(ok=bool(result.ok), error=result.error, plt_ms=result.plt_ms,
-                          bytes_total=result.bytes_total, protocol=result.protocol,
-                          n_objects=len(result.objects), objects=[_plain(o) for o in result.objects])
+            record.background_bytes = {a.name: a.bytes_delivered() - background_before[a.name] for a in activities}
+            record.ok, record.error, record.plt_ms = bool(result.ok), result.error, result.plt_ms
+            record.bytes_total, record.protocol = result.bytes_total, result.protocol
+            record.n_objects, record.objects = len(result.objects), [_plain(o) for o in result.objects]
         except (ClawbedError, OSError) as e:
             if isinstance(e, EmulatorError):
                 raise
-            record["t_end_unix_s"] = record["t_end_unix_s"] or time.time()
-            record["error"] = f"{type(e).__name__}: {e}"
+            record.t_end_unix_s = record.t_end_unix_s or time.time()
+            record.error = f"{type(e).__name__}: {e}"
         finally:
             sampler.stop()
             try:
                 scheme.teardown()
             except ClawbedError as e:
-                record["ok"] = False
-                record["error"] = (record["error"] + "; " if record["error"] else "") + f"teardown: {e}"
-        if record["ok"] and record["bytes_total"] is not None and record["bytes_total"] < self.page.required_bytes:
-            record["ok"] = False
-            record["error"] = f"incomplete: {record['bytes_total']} of {self.page.required_bytes} bytes"
+                record.ok = False
+                record.error = (record.error + "; " if record.error else "") + f"teardown: {e}"
+        if record.ok and record.bytes_total is not None and record.bytes_total < self.page.required_bytes:
+            record.ok = False
+            record.error = f"incomplete: {record.bytes_total} of {self.page.required_bytes} bytes"
         return record, client_log
 
-    def _keep_series(self, record: dict[str, Any], load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
+    def _judge_timing(self, record: LoadRecord, timing: LoadTiming) -> None:
+        """The emulator's lateness over the load's span and ``timing_ok`` (nothing measured
+        when the load never started)."""
+        if record.t_start_unix_s is None or record.t_end_unix_s is None:
+            return
+        try:
+            judge(record, timing.measure(record.t_start_unix_s, record.t_end_unix_s))
+        except Exception as e:  # noqa: BLE001 - a failed measurement leaves the fields None, said so
+            self.on_event(ReplayEvent("warning", len(self.config.plan()), record=record, load=record.load,
+                                      scheme=record.scheme,
+                                      message=f"load {record.load}: its timing was not measured: "
+                                              f"{type(e).__name__}: {e}"))
+
+    def _keep_series(self, record: LoadRecord, load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
                      truth_path: Path, origin_unix_s: float, client_log: Path | None) -> None:
         """Write the load's TCP samples, ground truth, diag feed and CLAW estimates; fill in
         the record's flow and retransmission counts."""
@@ -523,21 +600,32 @@ class Replay:
         flows: dict[str, int] = {}
         for row in rows:
             flows[row["flow"]] = row["retrans_total"]  # the flow's last sample holds its total
-        record["flows"] = len(flows)
+        record.flows = len(flows)
         # The loader's worker takes a while to start: the first sample of a flow is when the
         # page's connection opened, the origin of the report's time axes.
-        record["t_first_flow_unix_s"] = rows[0]["t_unix_s"] if rows else None
-        record["retransmits"] = sum(flows.values()) if flows else None
-        if record["objects"]:
+        record.t_first_flow_unix_s = rows[0]["t_unix_s"] if rows else None
+        record.retransmits = sum(flows.values()) if flows else None
+        if record.objects:
             with (load_dir / "objects.json").open("w") as f:
-                json.dump(record["objects"], f, indent=1)
-        t0, t1 = record["t_start_unix_s"], record["t_end_unix_s"]
+                json.dump(record.objects, f, indent=1)
+        t0, t1 = record.t_start_unix_s, record.t_end_unix_s
         if t0 is None or t1 is None:
             return
         write_csv(load_dir / "truth.csv", TRUTH_CSV_COLUMNS, _truth_rows(truth_path, origin_unix_s, t0, t1))
         write_zstd_lines(load_dir / "diag.jsonl.zst", diag.take(t0, t1))
         if client_log is not None and client_log.exists():
             _slice_estimates(client_log, load_dir / "estimates.csv", t0, t1)
+
+
+def describe_lateness(record: LoadRecord) -> str:
+    """One line on a load's timing integrity, e.g. for a flagged load."""
+    def ms(v: float | None) -> str:
+        return "–" if v is None else f"{v:.2f} ms"
+    verdict = {True: "on time", False: f"the emulator fell behind by more than {LATE_LIMIT_MS:g} ms",
+               None: "timing not measured"}[record.timing_ok]
+    return (f"{verdict} (subframe lateness max {ms(record.subframe_late_max_ms)}, p99.9 "
+            f"{ms(record.subframe_late_p999_ms)}; delivery error max {ms(record.delivery_err_max_ms)}, p99.9 "
+            f"{ms(record.delivery_err_p999_ms)}; steal {record.steal_pct if record.steal_pct is not None else '–'} %)")
 
 
 def _plain(obj: Any) -> Any:

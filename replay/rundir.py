@@ -7,6 +7,7 @@ Layout (``runs/<name or timestamp>/``)::
                          at the start and when the run ends (``status``, loads done, duration)
     results.jsonl        one JSON object per load, appended and fsynced as each load ends
     results.csv          the same loads, flat columns (:data:`RESULT_COLUMNS`), appended likewise
+    late-loads.jsonl     loads run again because the emulator fell behind during them (``timing_ok``)
     loads/NNN-<scheme>/  one directory per load:
         tcp.csv          the server's TCP state per flow, ~10 ms (replay.sampler.SAMPLE_COLUMNS)
         truth.csv        the emulator's ground truth for the UE during the load, 1 ms rows
@@ -35,8 +36,9 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import zstandard
 
@@ -44,17 +46,19 @@ from clawbed import __version__
 from clawbed.errors import InputError
 from clawbed.files import atomic_write
 from clawbed.paths import REPO_ROOT
+from clawbed.replay.records import CSV_COLUMNS, LoadRecord
 
 MANIFEST = "manifest.json"
 RESULTS_JSONL = "results.jsonl"
 RESULTS_CSV = "results.csv"
+#: Loads run again because the emulator fell behind during them (``LoadRecord.timing_ok``).
+LATE_LOADS_JSONL = "late-loads.jsonl"
 LOADS_DIR = "loads"
 EMULATOR_DIR = "emulator"
 LEDGER = "ledger.jsonl"
 #: Flat columns of ``results.csv`` (``results.jsonl`` has these and the objects).
-RESULT_COLUMNS = ("load", "round", "trace_ms", "scheme", "ok", "error", "plt_ms", "bytes_total", "page_bytes",
-                  "protocol", "n_objects", "t_start_unix_s", "t_end_unix_s", "t_first_flow_unix_s", "flows", "retransmits",
-                  "load_dir")
+#: ``results.csv``'s columns (the record's flat fields).
+RESULT_COLUMNS = CSV_COLUMNS
 #: Names a run may be given (``--name``): no path separators, nothing hidden.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -176,17 +180,23 @@ class RunDir:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def append_result(self, record: Mapping[str, Any]) -> None:
+    def append_result(self, record: LoadRecord) -> None:
         """Append one load's record to ``results.jsonl`` and ``results.csv``, each fsynced:
         a Ctrl-C right after keeps it."""
-        _append(self.path / RESULTS_JSONL, json.dumps(record, default=str) + "\n")
+        data = record.to_json()
+        _append(self.path / RESULTS_JSONL, json.dumps(data, default=str) + "\n")
         csv_path = self.path / RESULTS_CSV
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=RESULT_COLUMNS, extrasaction="ignore", lineterminator="\n")
         if not csv_path.exists():
             writer.writeheader()
-        writer.writerow({k: ("" if record.get(k) is None else record.get(k)) for k in RESULT_COLUMNS})
+        writer.writerow({k: ("" if data[k] is None else data[k]) for k in RESULT_COLUMNS})
         _append(csv_path, buf.getvalue())
+
+    def append_late(self, record: LoadRecord) -> None:
+        """Append a load discarded because the emulator fell behind during it (``timing_ok``
+        False, run again) to ``late-loads.jsonl``."""
+        _append(self.path / LATE_LOADS_JSONL, json.dumps(record.to_json(), default=str) + "\n")
 
 
 def _append(path: Path, text: str) -> None:
@@ -257,15 +267,20 @@ def read_zstd_lines(path: Path) -> list[bytes]:
         return zstandard.ZstdDecompressor().stream_reader(f).read().splitlines(keepends=True)
 
 
-def read_results(run_dir: Path) -> list[dict[str, Any]]:
-    """Every load recorded in ``run_dir/results.jsonl``; a last line cut short is skipped."""
+def read_results(run_dir: Path) -> list[LoadRecord]:
+    """Every load recorded in ``run_dir/results.jsonl``; a last line cut short is skipped, a
+    bad line is an :class:`InputError` naming the file and line."""
     path = run_dir / RESULTS_JSONL
     if not path.is_file():
         raise InputError(f"{run_dir}: no {RESULTS_JSONL} (not a replay run directory, or no load finished)")
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(keepends=True), start=1):
         if not line.endswith("\n"):
             break
-        records.append(json.loads(line))
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{number}: not JSON ({e.msg})") from None
+        records.append(LoadRecord.from_json(data, f"{path}:{number}"))
     return records
 

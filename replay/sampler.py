@@ -78,7 +78,7 @@ class TcpSampler:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
 
-    def open(self) -> "TcpSampler":
+    def open(self) -> TcpSampler:
         """Open the netlink socket in the namespace (once per run)."""
         try:
             self._diag = _NamespaceDiagSocket(self.netns)

@@ -14,8 +14,17 @@ import numpy as np
 import pytest
 
 from clawbed import lte
-from clawbed.claw.client.analyzer import (DEFAULT_WINDOW_MS, MIN_SCHEDULED_SUBFRAMES, RING_MS, CellParams, LoadAnalyzer, SfnClock, Variant,
-                                          load_from_rsrq_db, window_ms_from_srtt_us)
+from clawbed.claw.client.analyzer import (
+    DEFAULT_WINDOW_MS,
+    MIN_SCHEDULED_SUBFRAMES,
+    RING_MS,
+    CellParams,
+    LoadAnalyzer,
+    SfnClock,
+    Variant,
+    load_from_rsrq_db,
+    window_ms_from_srtt_us,
+)
 
 
 def rsrq_db_of(alloc_rbs: float, n_rb: int, n_antennas: int) -> float:

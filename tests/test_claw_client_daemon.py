@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from clawbed import lte
-from clawbed.claw.feedback import Echo, decode_feedback
 from clawbed.claw.client.analyzer import Variant
 from clawbed.claw.client.core import ClientConfig, ClientCore, Step
 from clawbed.claw.client.daemon import DaemonConfig, run_daemon
@@ -26,6 +25,7 @@ from clawbed.claw.client.detector import Bottleneck
 from clawbed.claw.client.estimates import COLUMNS, EstimateLog, read_estimates
 from clawbed.claw.client.fakefeed import FakeFeedServer, FakeSubframe, messages_of
 from clawbed.claw.client.feed import LossKind
+from clawbed.claw.feedback import Echo, decode_feedback
 
 KEY = b"k" * 32
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clawbed.claw.client.detector import (Bottleneck, BottleneckDetector, DetectorCache, SaturationDetector,
-                                          verdict)
+from clawbed.claw.client.detector import Bottleneck, BottleneckDetector, DetectorCache, SaturationDetector, verdict
 
 C, W = Bottleneck.CELLULAR, Bottleneck.WIRELINE
 N_F = 1000.0

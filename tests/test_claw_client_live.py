@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
-from clawbed.claw.feedback import Echo, FeedbackRejected, decode_feedback
 from clawbed.claw.client.estimates import read_estimates
 from clawbed.claw.client.feed import LossKind
 from clawbed.claw.client.marking import CONFIG_MAP, AckMarkMap, marker_name
 from clawbed.claw.client.offline import score
+from clawbed.claw.feedback import Echo, FeedbackRejected, decode_feedback
 from clawbed.emulator.process import BINARY, EmulatedCell
 from clawbed.emulator.truth import read_truth
 from clawbed.netns import socket_in_namespace

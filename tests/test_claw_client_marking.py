@@ -11,15 +11,15 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from clawbed.netns import Endpoint, Ledger, Namespace, Resources, new_run_id, socket_in_namespace
-from clawbed.claw.client.feed import LossKind
 from clawbed.claw.bpfobjects import build_command, object_path
+from clawbed.claw.client.feed import LossKind
 from clawbed.claw.client.marking import OBJECT_NAME, AckMarker, marker_name
+from clawbed.netns import Endpoint, Ledger, Namespace, Resources, new_run_id, socket_in_namespace
 
 pytestmark = pytest.mark.root
 

@@ -20,18 +20,31 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 
+from clawbed.claw import bpfobjects
 from clawbed.claw.feedback import Feedback, decode_echo
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
 from clawbed.claw.server import loader
 from clawbed.claw.server.bpfmap import BpfMap
-from clawbed.claw.server.maps import (ACK_FLAGS_MAP, FLOWS_MAP, PEERS_MAP, AckFlags, Applied, FlowFlag, FlowKey,
-                                      FlowStats, LossCause, Mode, Peer, addr_key)
+from clawbed.claw.server.maps import (
+    ACK_FLAGS_MAP,
+    FLOWS_MAP,
+    PEERS_MAP,
+    AckFlags,
+    Applied,
+    FlowFlag,
+    FlowKey,
+    FlowStats,
+    LossCause,
+    Mode,
+    Peer,
+    addr_key,
+)
 from clawbed.netns import Endpoint, Namespace, ResourceError, Resources, new_run_id, socket_in_namespace
 
 pytestmark = [
@@ -54,7 +67,7 @@ WAIT_S = 20.0
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    proc = subprocess.run(loader.build_command(), capture_output=True, text=True)
+    proc = subprocess.run(bpfobjects.build_command(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -159,7 +172,7 @@ class Bed:
     ue: Namespace
     server_dev: str
     ue_dev: str
-    bpffs: loader.BpffsMount
+    bpffs: bpfobjects.BpffsMount
     run_dir: Path
 
     def maps(self) -> tuple[BpfMap, BpfMap, BpfMap]:
@@ -179,7 +192,7 @@ def bed(tmp_path: Path) -> Iterator[Bed]:
         server.run(["tc", "qdisc", "add", "dev", sdev, "root", "tbf", "rate", "20mbit", "burst", "20kb",
                     "latency", "60ms"])
         ue.sysctl("net.ipv4.tcp_rmem", "4096 1048576 16777216")
-        bpffs = loader.mount_bpffs(res, tmp_path, role="tb")
+        bpffs = bpfobjects.mount_bpffs(res, tmp_path, role="tb")
         yield Bed(res, server, ue, sdev, udev, bpffs, tmp_path)
     assert not run_ccs(rid) & set(loader.available_congestion_controls())
     ours = ledger_struct_ops_ids(tmp_path / "ledger.jsonl")
@@ -204,7 +217,7 @@ def set_peer(peers: BpfMap, w_claw_bytes: int, mode: Mode, seq: int, *, age_ns: 
 def test_register_and_unregister_leave_nothing(tmp_path: Path) -> None:
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
-        bpffs = loader.mount_bpffs(res, tmp_path)
+        bpffs = bpfobjects.mount_bpffs(res, tmp_path)
         assert bpffs.path == tmp_path / f"cb{rid}bp" and bpffs.source == f"cb{rid}bp"
         claw = loader.register_cc(res, bpffs, "claw")
         cqic = loader.register_cc(res, bpffs, "cqic")
@@ -236,7 +249,7 @@ def test_two_runs_register_claw_at_once_and_each_socket_runs_its_own(tmp_path: P
             res = stack.enter_context(Resources(new_run_id(), tmp_path / f"ledger{i}.jsonl"))
             server, ue = res.namespace("s"), res.namespace("u")
             res.veth(Endpoint(server, res.name("s0"), SERVER_ADDR), Endpoint(ue, res.name("u0"), UE_ADDR))
-            cc = loader.register_cc(res, loader.mount_bpffs(res, tmp_path), "claw")
+            cc = loader.register_cc(res, bpfobjects.mount_bpffs(res, tmp_path), "claw")
             runs.append((server, ue, cc))
         names = {cc.name for _, _, cc in runs}
         ids = {cc.struct_ops_id for _, _, cc in runs}
@@ -300,7 +313,7 @@ def test_w_claw_in_the_map_sets_cwnd_within_an_ack_or_two(bed: Bed, variant: str
             target = math.ceil(w_claw_bytes / mss)
             acks_before = flow_stats(flows, flow.key).acks
             set_peer(peers, w_claw_bytes, Mode.CELLULAR, seq)
-            wait_for(lambda: flow_stats(flows, flow.key).peer_seq == seq, f"the CC to apply report {seq}")
+            wait_for(lambda seq=seq: flow_stats(flows, flow.key).peer_seq == seq, f"the CC to apply report {seq}")
             st = flow_stats(flows, flow.key)
             assert st.applied == Applied.CELLULAR
             assert st.w_claw_pkts == target
@@ -308,7 +321,7 @@ def test_w_claw_in_the_map_sets_cwnd_within_an_ack_or_two(bed: Bed, variant: str
             # The first ACK after the write applied it (give or take the one or two that
             # raced with reading acks_before and writing the map).
             assert st.report_seen_acks - acks_before <= 3
-            wait_for(lambda: flow.info().cwnd == target, f"TCP_INFO cwnd {target}")
+            wait_for(lambda target=target: flow.info().cwnd == target, f"TCP_INFO cwnd {target}")
     finally:
         flow.close()
         for m in (peers, flows):
@@ -472,18 +485,18 @@ def test_flags_set_by_the_ue_egress_program_reach_the_cc_and_are_cleared(bed: Be
     loader.attach_ack_flags(bed.res, bed.bpffs, bed.server, bed.server_dev)
     # The client's marker, loaded here directly: its config map says "a wireless loss just
     # happened" for the whole test, so it flags every ACK.
-    from clawbed.claw.server.libbpf import BpfObject
     from clawbed.claw.server import bpfmap
+    from clawbed.claw.server.libbpf import BpfObject
 
     marker_pin = bed.bpffs / "test_ack_mark"
     cfg_pin = bed.bpffs / "test_ack_mark_cfg"
-    with BpfObject(loader.objects_dir() / ACK_MARK_OBJECT) as obj:
+    with BpfObject(bpfobjects.objects_dir() / ACK_MARK_OBJECT) as obj:
         obj.load()
         bpfmap.obj_pin(obj.prog_fd("ack_mark_egress"), marker_pin)
         bpfmap.obj_pin(obj.map_fd("ack_mark_cfg"), cfg_pin)
     bed.res.callback(os.unlink, marker_pin)
     bed.res.callback(os.unlink, cfg_pin)
-    tc = loader.TcProgram(bed.ue.name, bed.ue_dev, marker_pin, direction="egress", pref=loader.TC_PREF)
+    tc = bpfobjects.TcProgram(bed.ue.name, bed.ue_dev, marker_pin, direction="egress", pref=loader.TC_PREF)
     bed.res.callback(tc.close)
     with BpfMap.open_pinned(cfg_pin) as cfg:
         far = time.monotonic_ns() + 3600 * 10**9
@@ -790,10 +803,11 @@ import os, signal
 from pathlib import Path
 from clawbed.netns import Endpoint, Resources
 from clawbed.claw.server import loader
+from clawbed.claw import bpfobjects
 res = Resources({rid!r}, Path({str(tmp_path / 'ledger.jsonl')!r})).__enter__()
 s, u = res.namespace("s"), res.namespace("u")
 res.veth(Endpoint(s, res.name("s0"), "10.203.0.1"), Endpoint(u, res.name("u0"), "10.203.0.2"))
-b = loader.mount_bpffs(res, Path({str(tmp_path)!r}))
+b = bpfobjects.mount_bpffs(res, Path({str(tmp_path)!r}))
 cc = loader.register_cc(res, b, "claw")
 cc.set_namespace_default(s)
 loader.attach_ack_flags(res, b, s, res.name("s0"))

@@ -31,22 +31,22 @@ import struct
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 
 from clawbed import lte
+from clawbed.claw import bpfobjects
 from clawbed.claw.client.estimates import read_estimates
 from clawbed.claw.schemes import SchemeContext, UeEndpoint
 from clawbed.claw.schemes.claw import Claw
 from clawbed.claw.server import loader
-from clawbed.claw.server.maps import (FLOWS_MAP, PEERS_MAP, Applied, FlowFlag, FlowKey, FlowStats, Mode, Peer,
-                                      addr_key)
+from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, Applied, FlowFlag, FlowKey, FlowStats, Mode, Peer, addr_key
 from clawbed.emulator.process import BINARY, EmulatedCell
-from clawbed.emulator.topology import Shaping
+from clawbed.orchestrator.network import Shaping, Topology
 from clawbed.emulator.truth import read_truth
 from clawbed.netns import Namespace, socket_in_namespace
 from clawbed.paths import REPO_ROOT
@@ -88,7 +88,7 @@ CONSISTENT_FRACTION = 0.95
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    proc = subprocess.run(loader.build_command(), capture_output=True, text=True)
+    proc = subprocess.run(bpfobjects.build_command(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -335,7 +335,7 @@ class WirelineRun:
 @pytest.fixture(scope="module", params=["router", "own-link"])
 def wireline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WirelineRun]:
     out = tmp_path_factory.mktemp(f"claw-wireline-{request.param}")
-    with EmulatedCell(1, out, ue={"trace": IDLE_TRACE}, mode="cell", cell=WIRELINE_CELL) as cell:
+    with EmulatedCell(1, out, ue={"trace": IDLE_TRACE}, mode="cell", cell=WIRELINE_CELL, topology=Topology) as cell:
         if request.param == "router":
             server = cell.topo.add_server(Shaping(WIRED_RATE, latency_ms=WIRED_QUEUE_MS))
         else:

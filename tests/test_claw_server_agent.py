@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from clawbed.claw.feedback import Feedback, decode_echo
-from clawbed.claw.server.agent import (ACTIVE_FLOW_NS, Agent, limited_by_claws_window, mode_of,
-                                       parse_endpoint)
+from clawbed.claw.server.agent import ACTIVE_FLOW_NS, Agent, limited_by_claws_window, mode_of, parse_endpoint
 from clawbed.claw.server.maps import FlowFlag, FlowKey, FlowStats, Mode, Peer, addr_key
 from clawbed.errors import ClawbedError
 

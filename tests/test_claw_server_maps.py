@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from clawbed.claw.server import loader
+from clawbed.claw import bpfobjects
 from clawbed.claw.server.maps import LAYOUTS, AckFlags, FlowKey, FlowStats, Mode, Peer, addr_key
 
 
@@ -63,9 +63,9 @@ def _offsets(fmt: str) -> list[tuple[int, int]]:
 @pytest.mark.skipif(not (shutil.which("clang") and shutil.which("bpftool")), reason="needs clang and bpftool")
 @pytest.mark.parametrize("obj", ["claw_cc.bpf.o", "ack_flags_ingress.bpf.o"])
 def test_layouts_match_the_c_structs_in_the_objects_btf(obj: str) -> None:
-    build = subprocess.run(loader.build_command(), capture_output=True, text=True)
+    build = subprocess.run(bpfobjects.build_command(), capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
-    dump = subprocess.run(["bpftool", "btf", "dump", "file", str(loader.objects_dir() / obj), "-j"],
+    dump = subprocess.run(["bpftool", "btf", "dump", "file", str(bpfobjects.objects_dir() / obj), "-j"],
                           capture_output=True, text=True, check=True)
     types = {t["name"]: t for t in json.loads(dump.stdout)["types"] if t.get("kind") == "STRUCT" and t.get("name")}
     checked = 0

@@ -42,7 +42,7 @@ def test_registry_has_the_five_schemes_with_their_ccs() -> None:
     assert {name: cls.cc_variant for name, cls in SCHEMES.items() if issubclass(cls, Claw)} == {
         "claw": "claw", "cqic": "cqic"}
     with pytest.raises(RuntimeError, match=r"named per run \(claw_<run id>\); set the scheme up first"):
-        get_scheme("claw")().server_cc
+        _ = get_scheme("claw")().server_cc
     assert all(cls.description for cls in SCHEMES.values())
     with pytest.raises(InputError, match="unknown scheme 'vegas'; known: bbr, claw, cqic, cubic, reno"):
         get_scheme("vegas")

@@ -59,18 +59,18 @@ def test_bulk_cross_traffic_crosses_the_bottleneck_and_slows_the_page(clawbed_cl
         _assert_nothing_left(tmp_path / name)
 
     alone_records, crossed_records = read_results(tmp_path / "alone"), read_results(tmp_path / "crossed")
-    assert all(r["ok"] for r in alone_records + crossed_records), [r["error"] for r in alone_records + crossed_records]
-    assert all(r["background_bytes"] == {} for r in alone_records)
+    assert all(r.ok for r in alone_records + crossed_records), [r.error for r in alone_records + crossed_records]
+    assert all(r.background_bytes == {} for r in alone_records)
     for r in crossed_records:
         # The iperf3 flow's bytes, counted in the core after the TBF, while the page loaded.
-        assert r["background_bytes"]["cross0-bulk"] > 0, r
+        assert r.background_bytes["cross0-bulk"] > 0, r
     manifest = json.loads((tmp_path / "crossed" / "manifest.json").read_text())
     [bulk] = manifest["background"]
     assert (bulk["kind"], bulk["flows"], bulk["cc"]) == ("bulk", 1, "cubic")
     assert bulk["namespace"].endswith("x0") and bulk["bytes_delivered"] > 0
     # Sharing the bottleneck with a bulk TCP flow halves the page's rate and fills the queue.
-    plt_alone = statistics.median(r["plt_ms"] for r in alone_records)
-    plt_crossed = statistics.median(r["plt_ms"] for r in crossed_records)
+    plt_alone = statistics.median(r.plt_ms for r in alone_records)
+    plt_crossed = statistics.median(r.plt_ms for r in crossed_records)
     assert plt_crossed > plt_alone, (plt_alone, plt_crossed)
 
 
@@ -85,8 +85,8 @@ def test_onoff_cross_traffic_shares_the_bottleneck_through_a_replay(clawbed_cli:
 
     # The page loads completed.
     records = read_results(run_dir)
-    assert len(records) == 3 and all(r["ok"] for r in records), [r["error"] for r in records]
-    assert all(r["bytes_total"] >= r["page_bytes"] for r in records)
+    assert len(records) == 3 and all(r.ok for r in records), [r.error for r in records]
+    assert all(r.bytes_total >= r.page_bytes for r in records)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     [onoff] = manifest["background"]
     assert (onoff["kind"], onoff["flows"], onoff["cc"]) == ("onoff", 4, "cubic")
@@ -98,16 +98,16 @@ def test_onoff_cross_traffic_shares_the_bottleneck_through_a_replay(clawbed_cli:
     # ... their bytes were counted in the core router, past the gateway's TBF, during the loads
     # and over the run ...
     cross_bytes = onoff["bytes_delivered"]
-    during_loads = sum(r["background_bytes"]["cross0-onoff"] for r in records)
+    during_loads = sum(r.background_bytes["cross0-onoff"] for r in records)
     assert cross_bytes > 0 and during_loads > 0
     # ... and the bottleneck carried them and the pages.
     bottleneck = manifest["wired"]["bottleneck"]
     assert (bottleneck["shaping"]["rate"], bottleneck["shaping"]["qdisc"]) == (WIRELINE, "tbf")
-    page_bytes = sum(r["bytes_total"] for r in records)
+    page_bytes = sum(r.bytes_total for r in records)
     assert bottleneck["sent_bytes"] >= cross_bytes + page_bytes, (bottleneck, cross_bytes, page_bytes)
     print(f"on/off cross traffic: {len(transfers)} transfers, {cross_bytes} B through the bottleneck "
           f"({during_loads} B during the loads); bottleneck sent {bottleneck['sent_bytes']} B, dropped "
-          f"{bottleneck['dropped_packets']} packets; PLTs {[round(r['plt_ms']) for r in records]} ms")
+          f"{bottleneck['dropped_packets']} packets; PLTs {[round(r.plt_ms) for r in records]} ms")
 
 
 @pytest.mark.root
@@ -118,15 +118,15 @@ def test_other_ues_receive_data_during_the_load(clawbed_cli: Path, tmp_path: Pat
     run_dir = tmp_path / "others"
     _assert_nothing_left(run_dir)
     [record] = read_results(run_dir)
-    assert record["ok"], record["error"]
-    assert record["background_bytes"]["ue1-bulk"] > 0 and record["background_bytes"]["ue2-bulk"] > 0
+    assert record.ok, record.error
+    assert record.background_bytes["ue1-bulk"] > 0 and record.background_bytes["ue2-bulk"] > 0
 
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [b["ue"] for b in manifest["background"]] == [1, 2]
     origin_unix_s = int(manifest["emulator"]["ready"]["origin_unix_ns"]) / 1e9
     truth = read_truth(run_dir / "emulator" / "truth.cbcol")
     t_unix = origin_unix_s + truth["t_ms"].astype(np.float64) / 1000
-    during = (t_unix >= record["t_start_unix_s"]) & (t_unix <= record["t_end_unix_s"])
+    during = (t_unix >= record.t_start_unix_s) & (t_unix <= record.t_end_unix_s)
     assert truth.n_ues == 3
     for ue in (1, 2):
         assert truth.ue(ue, "delivered_bytes")[during].sum() > 0, f"UE {ue} received nothing during the load"
@@ -162,15 +162,15 @@ def test_another_ue_runs_claw_beside_the_replays_claw(clawbed_cli: Path, tmp_pat
     _assert_nothing_left(run_dir)
 
     records = read_results(run_dir)
-    assert all(r["ok"] for r in records), [r["error"] for r in records]
+    assert all(r.ok for r in records), [r.error for r in records]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     [other] = manifest["background"]
     run_id = manifest["run_id"]
     # Each instance's CC under its own name, both on sockets of the core at once.
-    assert {r["cc"] for r in records} == {f"claw_{run_id}"}
+    assert {r.cc for r in records} == {f"claw_{run_id}"}
     assert other["cc"] == f"claw_{run_id}_u1" and other["scheme"] == "claw" and other["bytes_delivered"] > 0
     assert ccs == {f"claw_{run_id}", f"claw_{run_id}_u1"}, ccs
-    assert all(r["background_bytes"]["ue1-bulk"] > 0 for r in records)
+    assert all(r.background_bytes["ue1-bulk"] > 0 for r in records)
     # The other UE's client estimated from its diag feed, and its feedback reached its agent.
     instance_dir = run_dir / "background" / "ue1-claw"
     estimates = (instance_dir / "claw-client-ue1.csv").read_text().splitlines()
@@ -183,7 +183,7 @@ def test_another_ue_runs_claw_beside_the_replays_claw(clawbed_cli: Path, tmp_pat
     struct_ops = subprocess.run(["bpftool", "struct_ops", "list"], capture_output=True, text=True).stdout
     assert run_id not in struct_ops, struct_ops
     print(f"claw beside claw: CCs {sorted(ccs)}; other UE {other['bytes_delivered']} B, {len(estimates) - 1} "
-          f"estimate rows, agent accepted {agent['accepted']}; PLTs {[round(r['plt_ms']) for r in records]} ms")
+          f"estimate rows, agent accepted {agent['accepted']}; PLTs {[round(r.plt_ms) for r in records]} ms")
 
 
 @pytest.mark.parametrize("args,message", [

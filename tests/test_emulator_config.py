@@ -37,6 +37,10 @@ def test_rates_use_the_binary_syntax() -> None:
     ({"ues": [{"netns": "cbxu0", "rate": "5mbit", "cell": {"queue_limit_bytes": 0}}]}, "ues[0].cell.queue_limit_bytes"),
     ({"ues": [{"netns": "a", "rate": "1mbit"}], "cell": {"harq": {"max_tx": 99}}}, "cell.harq.max_tx"),
     ({"ues": [{"netns": "a", "rate": "1mbit"}], "cell": {"scheduler": "fifo"}}, "cell.scheduler"),
+    ({"ues": [{"netns": "a", "rate": "1mbit"}], "cell": {"scheduler": {"name": "round-robin"}}}, "cell.scheduler"),
+    ({"ues": [{"netns": "a", "rate": "1mbit"}], "cell": {"loss": {"kind": "fixed", "probability": 2}}}, "cell.loss"),
+    ({"ues": [{"netns": "a", "rate": "1mbit"}], "cell": {"loss": {"kind": "fixed", "p": 0.1}}}, "cell.loss"),
+    ({"ues": [{"netns": "a", "rate": "1mbit", "cell": {"queue": "red"}}]}, "ues[0].cell.queue"),
     ({"ues": [{"netns": "a", "rate": "1mbit"}], "cell": {"n_rb": 51}}, "cell.n_rb"),
     ({"ues": [{"netns": "a", "rate": "1mbit", "tun": "a-name-longer-than-15"}]}, "ues[0].tun"),
     ({"ues": [{"netns": "a", "rate": "1mbit", "routes": ["10.0.0.1/8"]}]}, "ues[0].routes"),
@@ -129,6 +133,8 @@ def test_every_key_is_one_the_binary_reads(tmp_path: Path) -> None:
     assert resolved["affinity"] == {"cell": [1], "tx": [1], "io": [0], "diag": [0], "record": [0]}
     assert resolved["tun_offload"] is False and resolved["cpu_latency_qos"] is False and resolved["diag_file"] is False
     assert resolved["ues"][0]["uplink_queue_limit_bytes"] == 50_000
+    assert resolved["cell"]["scheduler"] == {"kind": "round-robin"} and resolved["cell"]["harq"]["max_tx"] == 3
+    assert resolved["ues"][0]["cell"]["queue"] == {"kind": "drop-tail"}
 
 
 def test_the_binary_refuses_a_key_the_model_refuses(tmp_path: Path) -> None:
@@ -143,3 +149,29 @@ def test_the_binary_refuses_a_key_the_model_refuses(tmp_path: Path) -> None:
     assert done.returncode == 2 and "rat" in done.stderr
     with pytest.raises(ConfigError, match=r"ues\[0\]\.rat"):
         EmulatorConfig.build(**json.loads(path.read_text()))
+
+
+def test_policies_are_the_binarys(tmp_path: Path) -> None:
+    """The model's policy names and parameters are the binary's own list, and a policy the
+    model accepts (with parameters) the binary accepts too; one it refuses, both refuse."""
+    from clawbed.emulator.policies import POLICIES, SCHEDULERS
+    from clawbed.emulator.process import BINARY
+
+    listed = subprocess.run([str(BINARY), "--list-policies", "--json"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert {c["category"]: c for c in json.loads(listed.stdout)} == POLICIES
+    assert "round-robin" in SCHEDULERS
+    config = build(tmp_path, ues=[{"netns": "cbxu0", "rate": "1mbit", "cell": {"queue": "drop-tail"}}],
+                   cell={"scheduler": {"kind": "background-first"}, "loss": {"kind": "fixed", "probability": 0.25}})
+    path = config.write(tmp_path / "emu.json")
+    done = subprocess.run([str(BINARY), "--config", str(path), "--check"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    cell = json.loads(done.stdout)["cell"]
+    assert cell["scheduler"] == {"kind": "background-first"} and cell["loss"] == {"kind": "fixed", "probability": 0.25}
+    data = config.to_json()
+    data["cell"]["loss"]["probability"] = 1.5
+    path.write_text(json.dumps(data))
+    done = subprocess.run([str(BINARY), "--config", str(path), "--check"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "cell.loss.probability" in done.stderr, done.stderr
+    with pytest.raises(ConfigError, match=r"cell\.loss`: probability"):
+        EmulatorConfig.build(**data)

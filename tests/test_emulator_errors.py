@@ -9,14 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from pyroute2 import netns
 
 from clawbed.emulator.config import ConfigError, EmulatorConfig
-from clawbed.emulator.process import Emulator, EmulatedCell, EmulatorError
+from clawbed.emulator.process import EmulatedCell, Emulator, EmulatorError
 from clawbed.emulator.scenarios import constant_trace
 from clawbed.emulator.truth import read_truth
 from clawbed.netns import Ledger, Resources, cleanup_from_ledger, new_run_id

@@ -76,7 +76,7 @@ def test_vectorised_capacity_matches_scalar() -> None:
     prbs = rng.integers(0, 51, 500)
     layers = rng.integers(1, 3, 500)
     got = lte.capacity_bits(mcs, prbs, 50, layers)
-    want = [lte.tbs_bits(int(m), int(p), int(l)) for m, p, l in zip(mcs, prbs, layers)]
+    want = [lte.tbs_bits(int(m), int(p), int(n)) for m, p, n in zip(mcs, prbs, layers)]
     assert got.tolist() == want
 
 

@@ -13,8 +13,8 @@ import pytest
 
 from clawbed.errors import InputError
 from clawbed.netns import Resources, new_run_id
-from clawbed.orchestrator.spec import Condition
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
+from clawbed.orchestrator.spec import Condition
 from clawbed.paths import REPO_ROOT
 from clawbed.replay.run import ReplayConfig
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyroute2 import netns
 
-from clawbed.netns import Endpoint, Resources, cleanup_from_ledger, new_run_id, resource_name
+from clawbed.netns import Endpoint, Ledger, ResourceError, Resources, cleanup_from_ledger, new_run_id, resource_name
 
 
 def leftovers(run_id: str) -> list[str]:
@@ -148,3 +148,15 @@ def test_socket_in_namespace_reaches_that_namespaces_loopback(tmp_path: Path) ->
         assert sock.recv(16) == b"inside"
         sock.close()
         assert server.popen.wait(timeout=5) == 0
+
+
+def test_a_torn_last_ledger_line_is_skipped_and_a_bad_middle_line_named(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "l.jsonl")
+    ledger.record("netns", "cbzzzza")
+    with ledger.path.open("a") as f:
+        f.write('{"kind": "netns", "na')  # killed mid-write
+    assert [e["name"] for e in ledger.entries()] == ["cbzzzza"]
+    assert cleanup_from_ledger(ledger.path) == []  # nothing of it exists; no error either
+    ledger.path.write_text('{"kind": "netns", "name": "a"}\nnot json\n{"kind": "netns", "name": "b"}\n')
+    with pytest.raises(ResourceError, match=r"l.jsonl:2: not a ledger entry"):
+        ledger.entries()

@@ -89,7 +89,9 @@ def test_ray_sweep_records_what_a_local_sweep_does_and_leaves_no_process(tmp_pat
         shutil.rmtree(state, ignore_errors=True)
 
     on_ray, local = _loads(store, "ray"), _loads(store, "local")
-    key = (lambda r: (r["scenario_id"], r["label"], r["scheme"], r["repetition"]))
+    def key(r: sqlite3.Row) -> tuple:
+        return (r["scenario_id"], r["label"], r["scheme"], r["repetition"])
+
     assert len(on_ray) == 4 and len({key(r) for r in on_ray}) == 4  # 2 scenarios × 2 schemes × 1, each once
     assert [key(r) for r in on_ray] == [key(r) for r in local]
     for row in on_ray:
@@ -99,7 +101,9 @@ def test_ray_sweep_records_what_a_local_sweep_does_and_leaves_no_process(tmp_pat
         run_dir = Path(row["run_dir"])
         assert run_dir.parent == runs / "raysweep" / "ray"
         assert (run_dir / "manifest.json").is_file() and (run_dir / "results.jsonl").is_file()
-    shape = (lambda rows: [{k: (row[k] is None) for k in row.keys()} for row in rows])
+    def shape(rows: list[sqlite3.Row]) -> list[dict[str, bool]]:
+        return [{k: (row[k] is None) for k in row.keys()} for row in rows]
+
     assert shape(on_ray) == shape(local)
     statuses = sqlite3.connect(store).execute("SELECT sweep, status FROM scenarios ORDER BY sweep").fetchall()
     assert statuses == [("local", "complete")] * 2 + [("ray", "complete")] * 2

@@ -6,8 +6,8 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
@@ -18,6 +18,7 @@ from clawbed.orchestrator import runner as rn
 from clawbed.orchestrator.cli import results
 from clawbed.orchestrator.spec import load_spec
 from clawbed.orchestrator.store import LoadRow, Store
+from clawbed.replay.records import LoadRecord
 
 SPEC = {"suite": "unit", "loader": "h2", "repetitions": 3,
         "matrix": {"traces": ["busy-cell", "idle-cell"], "pages": ["set-01"], "schemes": ["claw", "cubic"]}}
@@ -32,15 +33,15 @@ def fake_replay(calls: list[rn.ReplayJob], kill_after: int | None = None) -> rn.
     'dies' after ``kill_after`` loads in all."""
     count = [0]
 
-    def replay(job: rn.ReplayJob, on_load: Callable[[dict], None]) -> None:
+    def replay(job: rn.ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
         calls.append(job)
         for index, (rep, scheme) in enumerate(job.plan):
             if kill_after is not None and count[0] >= kill_after:
                 raise Killed()
             count[0] += 1
-            on_load({"load": index, "round": rep, "scheme": scheme, "ok": True, "plt_ms": 500.0 + rep,
-                     "bytes_total": 102400, "protocol": "h2", "error": None, "t_start_unix_s": time.time(),
-                     "t_end_unix_s": time.time()})
+            on_load(LoadRecord(load=index, round=rep, scheme=scheme, ok=True, plt_ms=500.0 + rep,
+                               bytes_total=102400, protocol="h2", t_start_unix_s=time.time(),
+                               t_end_unix_s=time.time()))
     return replay
 
 

@@ -490,12 +490,12 @@ def test_replay_of_a_recording_over_the_cell(clawbed_cli: Path, recording: Path,
     assert len(records) == 2
     protocol = "h2" if http == "2" else "http/1.1"
     for r in records:
-        assert r["ok"], r["error"]
-        assert r["plt_ms"] > 0 and r["protocol"] == protocol
-        objects = {o["url"]: o for o in r["objects"]}
+        assert r.ok, r.error
+        assert r.plt_ms > 0 and r.protocol == protocol
+        objects = {o["url"]: o for o in r.objects}
         assert {u: objects[u]["bytes"] for u in PAGE_OBJECTS} == PAGE_OBJECTS
         assert {objects[u]["protocol"] for u in PAGE_OBJECTS} == {protocol}
-        assert r["bytes_total"] >= sum(PAGE_OBJECTS.values())
+        assert r.bytes_total >= sum(PAGE_OBJECTS.values())
     # nginx served every recorded page object to every load, with the recorded bytes, under
     # its own host name and scheme; nothing unrecorded was asked for.
     (log_path,) = run_dir.glob("web-*/logs/access.log")

@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from clawbed.errors import InputError
-from clawbed.replay.pages import (ALLOWED_PARENTS, IMAGE_2MB_IMAGE_BYTES, MIB, NAMED_PAGES, Page,
-                                  generate_page, get_page, page_from_har)
+from clawbed.replay.pages import (
+    ALLOWED_PARENTS,
+    IMAGE_2MB_IMAGE_BYTES,
+    MIB,
+    NAMED_PAGES,
+    Page,
+    generate_page,
+    get_page,
+    page_from_har,
+)
 
 
 def test_pages_are_reproducible_by_seed() -> None:

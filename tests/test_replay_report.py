@@ -11,9 +11,10 @@ from rich.console import Console
 
 from clawbed.errors import InputError
 from clawbed.paths import REPO_ROOT
+from clawbed.replay.records import LoadRecord
 from clawbed.replay.report import PLOTLY_JS, plt_stats, stats_table, write_report
-from clawbed.replay.rundir import RESULTS_JSONL, RunDir, read_results, write_csv
 from clawbed.replay.run import TRUTH_CSV_COLUMNS, ReplayConfig
+from clawbed.replay.rundir import RESULTS_JSONL, RunDir, read_results, write_csv
 from clawbed.replay.sampler import SAMPLE_COLUMNS
 
 #: PLTs (ms) of the synthetic loads; claw's third load failed.
@@ -21,15 +22,15 @@ PLTS = {"claw": [1000.0, 1200.0, None, 1400.0], "cubic": [2000.0, 2400.0, 2200.0
 T0 = 1_700_000_000.0
 
 
-def _record(index: int, scheme: str, plt: float | None) -> dict:
-    return {"load": index, "round": index // 2, "scheme": scheme, "ok": plt is not None,
-            "error": None if plt is not None else "TimeoutError: load timed out", "plt_ms": plt,
-            "bytes_total": 1000 if plt else None, "page_bytes": 1000, "protocol": "h2" if plt else None,
-            "n_objects": 3, "t_start_unix_s": T0 + 10 * index, "t_end_unix_s": T0 + 10 * index + 2,
-            "flows": 1, "retransmits": 0, "load_dir": f"loads/{index:03d}-{scheme}", "objects": []}
+def _record(index: int, scheme: str, plt: float | None) -> LoadRecord:
+    return LoadRecord(load=index, round=index // 2, scheme=scheme, ok=plt is not None,
+                      error=None if plt is not None else "TimeoutError: load timed out", plt_ms=plt,
+                      bytes_total=1000 if plt else None, page_bytes=1000, protocol="h2" if plt else None,
+                      n_objects=3, t_start_unix_s=T0 + 10 * index, t_end_unix_s=T0 + 10 * index + 2,
+                      flows=1, retransmits=0, load_dir=f"loads/{index:03d}-{scheme}")
 
 
-def make_run(tmp_path: Path) -> tuple[Path, list[dict]]:
+def make_run(tmp_path: Path) -> tuple[Path, list[LoadRecord]]:
     """A run directory with 8 interleaved loads and their series (tcp, truth, estimates)."""
     run = RunDir(tmp_path / "run")
     run.write_manifest(status="complete", config={"page": "set-01", "trace": "busy-cell.cbt"})
@@ -39,7 +40,8 @@ def make_run(tmp_path: Path) -> tuple[Path, list[dict]]:
             index = 2 * i + j
             record = _record(index, scheme, PLTS[scheme][i])
             load_dir = run.load_dir(index, scheme)
-            t0 = record["t_start_unix_s"]
+            t0 = record.t_start_unix_s
+            assert t0 is not None
             tcp = [{c: None for c in SAMPLE_COLUMNS} | {
                 "t_unix_s": t0 + k * 0.01, "flow": "10.65.0.1:40000", "cwnd_bytes": 14480 + 1448 * k,
                 "srtt_ms": 60.0 + k, "retrans_total": 0,
@@ -92,9 +94,17 @@ def test_results_files_keep_finished_loads_and_skip_a_cut_line(tmp_path: Path) -
     run_dir, records = make_run(tmp_path)
     with (run_dir / RESULTS_JSONL).open("a") as f:
         f.write('{"load": 8, "scheme": "cl')  # an interrupted append
-    assert [r["load"] for r in read_results(run_dir)] == [r["load"] for r in records]
+    assert read_results(run_dir) == records
     csv_lines = (run_dir / "results.csv").read_text().splitlines()
     assert csv_lines[0].startswith("load,round,trace_ms,scheme,ok,error,plt_ms") and len(csv_lines) == 1 + len(records)
+
+
+def test_a_bad_results_line_is_named(tmp_path: Path) -> None:
+    run_dir, _ = make_run(tmp_path)
+    with (run_dir / RESULTS_JSONL).open("a") as f:
+        f.write('{"load": 8, "round": 4, "scheme": "claw", "plt_second": 3}\n')
+    with pytest.raises(InputError, match=r"results.jsonl:9: unknown field\(s\) plt_second"):
+        read_results(run_dir)
 
 
 def test_run_dir_is_never_reused(tmp_path: Path) -> None:

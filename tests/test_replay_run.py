@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from clawbed.paths import REPO_ROOT
-from clawbed.replay.rundir import read_csv, read_results, read_zstd_lines
 from clawbed.replay.pages import get_page
+from clawbed.replay.rundir import read_csv, read_results, read_zstd_lines
 
 pytestmark = pytest.mark.root
 
@@ -74,28 +74,28 @@ def test_replay_measures_every_load_and_leaves_nothing(clawbed_cli: Path, tmp_pa
 
     page_bytes = get_page(PAGE, 1).total_bytes
     records = read_results(run_dir)
-    order = [r["scheme"] for r in records]
+    order = [r.scheme for r in records]
     assert order == schemes.split(",") * runs  # interleaved: A B A B
     for r in records:
-        assert r["ok"], r["error"]
-        assert r["plt_ms"] > 0 and r["protocol"] == "h2" and r["bytes_total"] == page_bytes == r["page_bytes"]
-        load_dir = run_dir / r["load_dir"]
+        assert r.ok, r.error
+        assert r.plt_ms > 0 and r.protocol == "h2" and r.bytes_total == page_bytes == r.page_bytes
+        load_dir = run_dir / r.load_dir
         tcp = read_csv(load_dir / "tcp.csv")
-        assert tcp["flow"] and {int(float(c)) for c in tcp["cwnd_pkts"]} and r["flows"] >= 1
+        assert tcp["flow"] and {int(float(c)) for c in tcp["cwnd_pkts"]} and r.flows >= 1
         # claw's CC is registered per run (claw_<run id>); the record says which it was.
-        assert r["cc"] == r["scheme"] or r["cc"].startswith(f"{r['scheme']}_")
-        assert set(tcp["cc"]) == {r["cc"]}, "the server's flows ran the scheme's CC"
+        assert r.cc == r.scheme or r.cc.startswith(f"{r.scheme}_")
+        assert set(tcp["cc"]) == {r.cc}, "the server's flows ran the scheme's CC"
         truth = read_csv(load_dir / "truth.csv")
         assert len(truth["t_unix_s"]) > 100
-        assert r["t_start_unix_s"] <= float(truth["t_unix_s"][0]) <= float(truth["t_unix_s"][-1]) <= r["t_end_unix_s"]
+        assert r.t_start_unix_s <= float(truth["t_unix_s"][0]) <= float(truth["t_unix_s"][-1]) <= r.t_end_unix_s
         assert sum(float(b) for b in truth["delivered_bytes"]) >= page_bytes
         diag = read_zstd_lines(load_dir / "diag.jsonl.zst")
-        assert diag and all(r["t_start_unix_s"] <= json.loads(m)["timestamp"] <= r["t_end_unix_s"] for m in diag)
-        if r["scheme"] == "claw":
+        assert diag and all(r.t_start_unix_s <= json.loads(m)["timestamp"] <= r.t_end_unix_s for m in diag)
+        if r.scheme == "claw":
             tcp_w_claw = [w for w in tcp["w_claw_bytes"] if w]
             assert tcp_w_claw, "W_claw sampled from the CC's map"
             estimates = read_csv(load_dir / "estimates.csv")
-            assert estimates["load"] and all(r["t_start_unix_s"] <= float(t) <= r["t_end_unix_s"]
+            assert estimates["load"] and all(r.t_start_unix_s <= float(t) <= r.t_end_unix_s
                                              for t in estimates["unix_s"])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["loads_ok"] == len(records)
@@ -121,8 +121,8 @@ def test_the_shortest_replay_keeps_its_result(clawbed_cli: Path, tmp_path: Path,
     rows = read_csv(run_dir / "results.csv")
     assert rows["ok"] == ["True"] and float(rows["plt_ms"][0]) > 0
     (record,) = read_results(run_dir)
-    assert "series_error" not in record
-    truth = read_csv(run_dir / record["load_dir"] / "truth.csv")
+    assert record.series_error is None
+    truth = read_csv(run_dir / record.load_dir / "truth.csv")
     assert truth["t_unix_s"], "the load's truth came from what the emulator had written"
 
 
@@ -147,7 +147,7 @@ def test_ctrl_c_mid_run_keeps_finished_loads_and_leaves_nothing(clawbed_cli: Pat
     assert "interrupted" in err and "finished load(s) kept" in err
     _assert_nothing_left(run_dir, before)
     records = read_results(run_dir)
-    assert 2 <= len(records) < 40 and all(r["ok"] for r in records[:2])
+    assert 2 <= len(records) < 40 and all(r.ok for r in records[:2])
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "interrupted"
     assert (run_dir / "report.html").is_file()
 
@@ -185,9 +185,9 @@ def test_loads_of_a_round_meet_the_same_stretch_of_the_trace(clawbed_cli: Path, 
                            "--loader", "h2"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     records = read_results(tmp_path / "aligned")
-    assert [(r["round"], r["trace_ms"]) for r in records] == [(0, 0), (0, 0), (1, 10_000), (1, 10_000)]
+    assert [(r.round, r.trace_ms) for r in records] == [(0, 0), (0, 0), (1, 10_000), (1, 10_000)]
     for r in records:
-        truth = read_csv(tmp_path / "aligned" / r["load_dir"] / "truth.csv")
+        truth = read_csv(tmp_path / "aligned" / r.load_dir / "truth.csv")
         first_row = (int(truth["mcs"][0]) - 10) * 40 + int(truth["other_demand_rbs"][0])
         # The loader starts right after the seek took effect: within a few subframes of it.
-        assert 0 <= first_row - r["trace_ms"] % 760 <= 50, (r, first_row)
+        assert 0 <= first_row - r.trace_ms % 760 <= 50, (r, first_row)

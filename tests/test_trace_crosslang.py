@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+# The broken and accepted files of the validator's table: both languages must agree on each.
+from test_trace_validate import ACCEPTED, CASES, Case, broken_bytes, good_file
+
 from clawbed.traces import binary
 from clawbed.traces.bench import CBTRACE, realistic_trace
 from clawbed.traces.io import read_trace, write_trace
 from clawbed.traces.schema import COLUMN_BY_NAME, Trace
 from clawbed.traces.validate import validate_file
-
-# The broken and accepted files of the validator's table: both languages must agree on each.
-from test_trace_validate import ACCEPTED, CASES, Case, broken_bytes, good_file
 
 ROWS = 100_000
 

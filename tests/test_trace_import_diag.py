@@ -79,12 +79,65 @@ def test_pixel_xl_rsrq_gives_estimated_other_rbs(tmp_path: Path) -> None:
 
 
 def test_logs_without_usable_records_say_what_they_hold() -> None:
-    with pytest.raises(InputError, match=r"unknown versions: 0xB173 v48 ×3.*byte 4402"):
+    with pytest.raises(InputError, match=r"unknown versions: 0xB063 v49 ×3, 0xB173 v48 ×3.*"
+                                         r"--infer-b173-v48.*byte 4402"):
         import_mobileinsight(real(PIXEL5))
-    with pytest.raises(InputError, match=r"decoded: 0xB193 v1/19 ×1071"):
-        import_mobileinsight(real(TMOBILE))
-    with pytest.raises(InputError, match="serving cell 1"):
+    with pytest.raises(InputError, match="serving cell 1.*no C-RNTI 0xB063 sample"):
         import_mobileinsight(real(PIXEL_XL), cell=1)
+
+
+ALL_LOGS = {LOG_2017: {}, PIXEL_XL: {}, TMOBILE: {}, PIXEL5: {"infer_v48": True},
+            "mobileinsight-core_offline_log_example.mi2log": {}}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_LOGS))
+def test_every_shared_log_imports(name: str, tmp_path: Path) -> None:
+    """Every shared diag log gives a valid trace (the Pixel 5's with the inferred v48 layout
+    asked for: without it, the test above), and the provenance names the path taken and the
+    columns estimated."""
+    trace = import_mobileinsight(real(name), **ALL_LOGS[name])
+    assert check_trace(trace, "x.cbt") == []
+    prov = trace.metadata["provenance"]
+    assert prov["path"] in ("pdsch", "mac-fallback")
+    assert isinstance(prov["estimated_columns"], list)
+    assert prov["coverage"]["ue_scheduled_subframes"] > 0
+    write_trace(trace, tmp_path / "t.cbt")
+
+
+def test_tmobile_log_takes_the_lossy_mac_path() -> None:
+    """No 0xB173 in the T-Mobile log: the UE's blocks come from 0xB063 (exact TBS), its RBs
+    and MCS are estimated, CRC failures unknown; the provenance says so."""
+    path = real(TMOBILE)
+    trace = import_mobileinsight(path, bandwidth_mhz=20)
+    prov = trace.metadata["provenance"]
+    assert prov["path"] == "mac-fallback" and "LOSSY PATH" in prov["mapping"]
+    assert prov["estimated_columns"][:3] == ["mcs", "own_rbs", "layers"] and "other_rbs" in prov["estimated_columns"]
+    assert prov["c_rnti_blocks"] == 171 and prov["crc_failures"] is None
+    assert 295_000 < trace.duration_ms < 298_000  # the README: 296 s
+    # own_tbs_bits is exact: the C-RNTI samples' MAC TBS × 8, all of them, each in one row.
+    samples = [s for m in read_log(path).messages(0xB063) for sp in m["Subpackets"] for s in sp["Samples"]
+               if s["RNTI Type"] == "C-RNTI"]
+    assert trace["own_tbs_bits"].sum() == 8 * sum(s["DL TBS (bytes)"] for s in samples)
+    scheduled = trace["own_tbs_bits"] > 0
+    assert (trace["own_rbs"][scheduled] > 0).all() and not trace["own_rbs"][~scheduled].any()
+    assert not trace["harq_fail"].any()
+    # Every estimated (MCS, RBs) carries its block, with the fewest RBs at that MCS.
+    for k in np.flatnonzero(scheduled):
+        m, n, b = int(trace["mcs"][k]), int(trace["own_rbs"][k]), int(trace["own_tbs_bits"][k])
+        layers = int(trace["layers"][k])
+        assert tbs_bits(m, n, layers) >= b and (n == 1 or tbs_bits(m, n - 1, layers) < b)
+    # The channel MCS: the measurements' SNR + 6 dB (v19 carries FTL SNR).
+    assert 0 <= trace["mcs"].min() and trace["mcs"].max() <= 28 and len(np.unique(trace["mcs"])) > 3
+
+
+def test_pixel5_v48_layout_is_opt_in_and_marked() -> None:
+    trace = import_mobileinsight(real(PIXEL5), infer_v48=True)
+    prov = trace.metadata["provenance"]
+    assert prov["path"] == "pdsch" and "0xB173 v48" in prov["inferred_layouts"]
+    assert prov["coverage"]["versions"] == {"0xB173 v48": 3}
+    assert prov["coverage"]["unknown_versions"] == {"0xB193 v1/48": 13}
+    # The doc's check: MCS 1 on 4 RBs, TB Size 22 = 152/8 + 3.
+    assert (trace["own_tbs_bits"][trace["own_rbs"] == 4] == 152).any()
 
 
 def test_garbage_is_a_clear_error(tmp_path: Path) -> None:

@@ -30,7 +30,8 @@ def test_it_provisions_what_the_readme_says() -> None:
     text = VAGRANTFILE.read_text()
     for needed in ('config.vm.box = "debian/bookworm64"', "bash scripts/provision.sh",
                    'synced_folder ".", "/vagrant"', 'synced_folder "../shared", "/shared" if File.directory?(SHARED_DATA)',
-                   'CLAWBED_ENV["CLAWBED_SHARED"] = "/shared" if File.directory?(SHARED_DATA)', "guest: GRAFANA_PORT, host: GRAFANA_PORT", "GRAFANA_PORT = 3000",
+                   'CLAWBED_ENV["CLAWBED_SHARED"] = "/shared" if File.directory?(SHARED_DATA)',
+                   "guest: GRAFANA_PORT, host: GRAFANA_PORT", "GRAFANA_PORT = 3000",
                    "/vagrant/dashboards/provisioning/datasources/clawbed.yaml",
                    "/vagrant/dashboards/provisioning/dashboards/clawbed.yaml", "systemctl restart grafana-server",
                    "clawbed dash influx start"):

@@ -69,6 +69,7 @@ def realistic_trace(duration_ms: int = ONE_HOUR_MS, seed: int = 1, bandwidth_mhz
     # BLER around the 10 % target, worse while the channel is dropping; in 0.01 steps.
     bler = np.clip(0.1 - 2.0 * np.diff(walk, prepend=walk[0]) + rng.normal(0, 0.02, n), 0, 1)
     bler = (np.round(bler * 100) / 100).astype(np.float32)
+    error_column: dict[str, Any]
     if errors == "harq_fail":
         error_column = {"harq_fail": rng.random(n) < bler}
     elif errors == "bler":

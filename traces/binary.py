@@ -37,6 +37,12 @@ DEFAULT_ENCODINGS: dict[str, str] = {"t_ms": "delta-zstd"}
 ZSTD_LEVEL = 3
 
 
+
+def _bytes_of(values: np.ndarray) -> memoryview:
+    """A contiguous array's bytes without a copy."""
+    # numpy arrays export the buffer protocol; numpy's stubs do not declare it for Python 3.11.
+    return memoryview(values).cast("B")  # type: ignore[arg-type]
+
 def write(trace: Trace, f: BinaryIO, encodings: Mapping[str, str] | None = None) -> None:
     """Write ``trace`` to the binary file object ``f``.
 
@@ -54,20 +60,20 @@ def write(trace: Trace, f: BinaryIO, encodings: Mapping[str, str] | None = None)
         values = np.ascontiguousarray(trace.columns[spec.name], dtype=spec.np_dtype)
         encoding = encodings.get(spec.name, DEFAULT_ENCODING)
         if encoding == "raw":
-            block: bytes | memoryview = memoryview(values).cast("B")
+            block: bytes | memoryview = _bytes_of(values)
         elif encoding == "zstd":
-            block = compressor.compress(values)
+            block = compressor.compress(_bytes_of(values))
         elif encoding == "delta-zstd":
             if spec.is_float:
                 raise InputError(f"column {spec.name}: delta-zstd is for integer columns, {spec.name} is {spec.dtype}")
             deltas = values.copy()
             # Unsigned subtraction wraps, which is what the format specifies.
             np.subtract(values[1:], values[:-1], out=deltas[1:])
-            block = compressor.compress(deltas)
+            block = compressor.compress(_bytes_of(deltas))
         else:
             raise InputError(f"column {spec.name}: unknown encoding {encoding!r} (one of {', '.join(ENCODINGS)})")
         entries.append({"name": spec.name, "dtype": spec.dtype, "encoding": encoding,
-                        "stored_bytes": len(block), "crc32": zlib.crc32(values)})
+                        "stored_bytes": len(block), "crc32": zlib.crc32(_bytes_of(values))})
         blocks.append(block)
     try:
         header = json.dumps({"metadata": trace.metadata, "columns": entries}, allow_nan=False).encode()
@@ -215,7 +221,7 @@ def _decode_block(entry: dict[str, Any], block: memoryview, dtype: str, rows: in
     else:
         values = np.frombuffer(raw, np_dtype).copy()  # a writable array, not a view of the file
     p.lengths[name] = len(values)
-    actual = zlib.crc32(values)
+    actual = zlib.crc32(_bytes_of(values))
     if actual != crc:
         p.defect(f"CRC-32 mismatch: the header says {crc:#010x}, the decoded data has {actual:#010x} "
                  "(corrupted block)", name)

@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from clawbed.lte import MAX_MCS, SUBFRAME_MS, N_SUBC, tbs_bits
+from clawbed.lte import MAX_MCS, N_SUBC, SUBFRAME_MS, tbs_bits
 
 #: Carrier frequency for the Doppler shift, Hz. The CLAW paper does not name its band; 2 GHz
 #: is typical of the mid-band LTE carriers its phones used (AWS/PCS).

@@ -100,15 +100,18 @@ def synth(preset: str | None, seconds: float, seed: int, bandwidth_mhz: float | 
                    "users' RBs exactly (otherwise estimated from RSRQ).")
 @click.option("--rnti", type=click.IntRange(0, 65535),
               help="falcon/ngscope: the UE's C-RNTI (default: the most active one).")
+@click.option("--infer-b173-v48", "infer_v48", is_flag=True,
+              help="mobileinsight: read 0xB173 version 48 (no published layout) with v36's, as "
+                   "docs/diag-log-format.md §2.5 infers it; the provenance says so.")
 @click.option("-o", "--output", type=PathArg, required=True, help="Output trace (.cbt or .csv).")
 def import_(source: Path, kind: str, bandwidth_mhz: float | None, antennas: int, cell: int,
-            dci_file: Path | None, rnti: int | None, output: Path) -> None:
+            dci_file: Path | None, rnti: int | None, infer_v48: bool, output: Path) -> None:
     """Import a Mahimahi trace, a decoder's per-subframe CSV, a phone diag log or a DCI log."""
     from clawbed.traces import importers
     from clawbed.traces.io import write_trace
 
-    if kind not in ("mobileinsight",) and (dci_file is not None or cell != 0):
-        raise InputError("--dci and --cell apply to --from mobileinsight only")
+    if kind not in ("mobileinsight",) and (dci_file is not None or cell != 0 or infer_v48):
+        raise InputError("--dci, --cell and --infer-b173-v48 apply to --from mobileinsight only")
     if kind not in ("falcon", "ngscope") and rnti is not None:
         raise InputError("--rnti applies to --from falcon / ngscope only")
     if kind in ("falcon", "ngscope"):
@@ -118,7 +121,7 @@ def import_(source: Path, kind: str, bandwidth_mhz: float | None, antennas: int,
         bw = 20.0 if bandwidth_mhz is None else bandwidth_mhz
         if kind == "mobileinsight":
             trace_ = importers.import_mobileinsight(source, bandwidth_mhz=bw, n_antennas=antennas,
-                                                    cell=cell, dci_path=dci_file)
+                                                    cell=cell, dci_path=dci_file, infer_v48=infer_v48)
         else:
             reader = importers.import_mahimahi if kind == "mahimahi" else importers.import_decoder_csv
             trace_ = reader(source, bandwidth_mhz=bw, n_antennas=antennas)

@@ -476,13 +476,13 @@ def import_decoder_csv(path: Path, *, bandwidth_mhz: float, n_antennas: int) -> 
 
 def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas: int = 2,
                          cell: int = 0, dci_path: Path | None = None,
-                         dci_kind: str | None = None) -> Trace:
+                         dci_kind: str | None = None, infer_v48: bool = False) -> Trace:
     """Import a phone diag log (MobileInsight ``.mi2log``/``.qmdl``); rules in
     :mod:`clawbed.traces.diaglog.importer` and in the trace's provenance."""
     from clawbed.traces.diaglog.importer import import_mobileinsight as run
 
     return run(path, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas, cell=cell,
-               dci_path=dci_path, dci_kind=dci_kind)
+               dci_path=dci_path, dci_kind=dci_kind, infer_v48=infer_v48)
 
 
 def import_dci_log(path: Path, *, kind: str, bandwidth_mhz: float | None = None,

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from clawbed.tables import TerminalTable
 
 from clawbed.lte import capacity_bits
+from clawbed.tables import TerminalTable
 from clawbed.traces.schema import Trace
 
 #: Bin over which capacity and load percentiles are taken, ms.

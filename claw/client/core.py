@@ -351,6 +351,7 @@ class ClientCore:
         verdict: Bottleneck | None = None
         seq: int | None = None
         if active and estimate is not None:
+            assert a is not None  # active implies an analyzer
             window = estimate.window_ms
             if self._window_end_ms is None:
                 self._window_end_ms = t + window

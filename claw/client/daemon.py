@@ -2,7 +2,10 @@
 
 - reads the UE's diag feed (``clawbed.emulator.diag.subscribe`` inside the UE namespace, or
   127.0.0.1:<port> of the namespace it runs in) and feeds :class:`~.core.ClientCore` every
-  message;
+  message; with ``--feed mi2log``, the same feed as the phone's diag byte stream (HDLC
+  frames of log packets, the emulator's port ``diag port + 1`` or a pseudo-terminal /
+  serial device), decoded by the diag-log codec (:func:`.feed.mi2log_stream`) into the
+  same messages;
 - sends each feedback report the core makes (default every 100 ms of diag time, down to
   every subframe) as an HMAC-authenticated UDP datagram (``clawbed.claw.feedback``) to the
   server agent, from the UE namespace;
@@ -40,7 +43,7 @@ from clawbed.claw.client.analyzer import DEFAULT_IDLE_TIMEOUT_MS, Variant
 from clawbed.claw.client.core import (MAX_FEEDBACK_PERIOD_MS, MIN_FEEDBACK_PERIOD_MS, ClientConfig, ClientCore,
                                       Step)
 from clawbed.claw.client.estimates import EstimateLog
-from clawbed.claw.client.feed import FeedFormatError, LossKind
+from clawbed.claw.client.feed import FeedFormatError, LossKind, mi2log_stream
 
 #: Default diag feed port (the emulator's default, ``clawbed.emulator.config.DEFAULT_DIAG_PORT``).
 DEFAULT_DIAG_PORT = 5775
@@ -51,6 +54,10 @@ MAX_EVENT_LAG_S = 1.0
 RECONNECT_TIMEOUT_S = 1.0
 #: Longest line the local feed reader accepts, bytes.
 MAX_LINE_BYTES = 1 << 20
+#: Feed formats: the JSON lines, or the diag byte stream (``.mi2log`` framing).
+FEEDS = ("json", "mi2log")
+#: Bytes read from a byte stream at once.
+STREAM_READ_BYTES = 1 << 16
 
 
 class ClientError(ClawbedError):
@@ -87,6 +94,12 @@ class DaemonConfig:
     log_path: Path | None = None
     log_period_ms: int = 1
     connect_timeout_s: float = 10.0
+    #: ``json`` or ``mi2log`` (the byte stream on ``mi2log_port``, or ``device``).
+    feed: str = "json"
+    #: TCP port of the byte stream; None: ``diag_port + 1`` (the emulator's choice).
+    mi2log_port: int | None = None
+    #: A pseudo-terminal or serial device to read the byte stream from instead of TCP.
+    device: Path | None = None
 
 
 @dataclass
@@ -139,8 +152,82 @@ async def _local_feed(port: int, connect_timeout_s: float) -> AsyncIterator[dict
             await writer.wait_closed()
 
 
+async def _stream_connection(config: DaemonConfig, port: int) -> tuple[asyncio.StreamReader, Any]:
+    """A connection to 127.0.0.1:``port`` (in the UE namespace when given), retrying while
+    refused; (reader, closer)."""
+    loop = asyncio.get_running_loop()
+    deadline = time.monotonic() + config.connect_timeout_s
+    while True:
+        sock = _socket(config.netns, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, ("127.0.0.1", port))
+            break
+        except ConnectionRefusedError:
+            sock.close()
+            if time.monotonic() >= deadline:
+                raise ClientError(f"mi2log feed 127.0.0.1:{port}: connection refused for {config.connect_timeout_s} s "
+                                  "(is the emulator running with diag.mi2log.tcp, and is this the UE's "
+                                  "namespace?)") from None
+            await asyncio.sleep(0.05)
+        except OSError as e:
+            sock.close()
+            raise ClientError(f"mi2log feed 127.0.0.1:{port}: {e.strerror or e}") from e
+    reader, writer = await asyncio.open_connection(sock=sock)
+    return reader, writer
+
+
+async def _device_reader(path: Path) -> tuple[asyncio.StreamReader, Any]:
+    """A reader of a pseudo-terminal / serial device in raw mode; (reader, transport)."""
+    import os
+    import termios
+    import tty
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as e:
+        raise ClientError(f"mi2log device {path}: {e.strerror or e}") from e
+    try:
+        if os.isatty(fd):
+            tty.setraw(fd, termios.TCSANOW)
+        handle = os.fdopen(fd, "rb", buffering=0)
+    except (OSError, termios.error) as e:
+        os.close(fd)
+        raise ClientError(f"mi2log device {path}: {e}") from e
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), handle)
+    return reader, transport
+
+
+async def _mi2log_feed(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
+    """The UE's feed as the diag byte stream, decoded into MobileInsight-shaped messages."""
+    if config.device is not None:
+        reader, closer = await _device_reader(config.device)
+    else:
+        port = config.mi2log_port if config.mi2log_port is not None else config.diag_port + 1
+        reader, closer = await _stream_connection(config, port)
+    stream = mi2log_stream()
+    try:
+        while True:
+            try:
+                data = await reader.read(STREAM_READ_BYTES)
+            except (ConnectionResetError, OSError):
+                return
+            if not data:
+                return
+            for message in stream.feed(data):
+                yield message
+    finally:
+        closer.close()
+        if isinstance(closer, asyncio.StreamWriter):
+            with contextlib.suppress(OSError):
+                await closer.wait_closed()
+
+
 def feed_messages(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
     """The UE's diag feed as an async iterator of message dicts."""
+    if config.feed == "mi2log":
+        return _mi2log_feed(config)
     if config.netns is None:
         return _local_feed(config.diag_port, config.connect_timeout_s)
     from clawbed.emulator.diag import subscribe
@@ -334,6 +421,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="file holding the key shared with the server agent (its exact bytes, ≥ 16)")
     p.add_argument("--diag-port", type=int, default=DEFAULT_DIAG_PORT,
                    help=f"diag feed TCP port on 127.0.0.1 in the UE namespace (default {DEFAULT_DIAG_PORT})")
+    p.add_argument("--feed", choices=FEEDS, default="json",
+                   help="json: the emulator's JSON lines on --diag-port (default); mi2log: the phone's diag byte "
+                        "stream (HDLC frames of log packets), on --mi2log-port or from --mi2log-device, decoded by the "
+                        "same codec as imported logs; the estimates are the same")
+    p.add_argument("--mi2log-port", type=int,
+                   help="TCP port of the byte stream on 127.0.0.1 in the UE namespace (default: --diag-port + 1)")
+    p.add_argument("--mi2log-device", type=Path,
+                   help="read the byte stream from this pseudo-terminal or serial device instead (the emulator's "
+                        "diag.mi2log.pty, or a phone's diag port)")
     p.add_argument("--netns", help="UE namespace to open the feed and feedback sockets in "
                                    "(default: the namespace this process runs in)")
     p.add_argument("--period-ms", type=int, default=100,
@@ -373,6 +469,12 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--period-ms {args.period_ms}: must be {MIN_FEEDBACK_PERIOD_MS}..{MAX_FEEDBACK_PERIOD_MS}")
     if not 0 <= args.diag_port <= 65535:
         parser.error(f"--diag-port {args.diag_port}: must be 0..65535")
+    if (args.mi2log_port is not None or args.mi2log_device is not None) and args.feed != "mi2log":
+        parser.error("--mi2log-port and --mi2log-device need --feed mi2log")
+    if args.mi2log_port is not None and not 1 <= args.mi2log_port <= 65535:
+        parser.error(f"--mi2log-port {args.mi2log_port}: must be 1..65535")
+    if args.mi2log_port is not None and args.mi2log_device is not None:
+        parser.error("give --mi2log-port or --mi2log-device, not both")
     if args.idle_timeout_ms < 1:
         parser.error("--idle-timeout-ms must be at least 1")
     if args.log_period_ms < 1:
@@ -398,7 +500,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                           feedback_period_ms=args.period_ms, idle_timeout_ms=args.idle_timeout_ms,
                           server=f"{server[0]}:{server[1]}", first_seq=first_seq, clamp=args.clamp)
     return DaemonConfig(client=client, server=server, key=key, diag_port=args.diag_port, netns=args.netns,
-                        log_path=args.log, log_period_ms=args.log_period_ms, connect_timeout_s=args.connect_timeout_s)
+                        log_path=args.log, log_period_ms=args.log_period_ms, connect_timeout_s=args.connect_timeout_s,
+                        feed=args.feed, mi2log_port=args.mi2log_port, device=args.mi2log_device)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,18 @@ Fields and units read:
 
 The channel-quality MCS: a ``channel_mcs`` field when a message carries one (a clawbed
 extension), else ``FTL SNR Rx[0]`` + 6 dB — the inverse of the emulator's SNR indication
-(SNR = MCS − 6 dB, ``SNR_BELOW_MCS_DB`` in ``emulator/cell/src/cell.rs``).
+(SNR = MCS − 6 dB, ``SNR_BELOW_MCS_DB`` in ``emulator/cell/src/cell.rs``). An SNR of
+−20.0 dB, the diag format's floor (raw 0), is no indication: it is what the emulator's
+mi2log feed writes when it has none (open-loop modes).
+
+Two shapes of the same messages are read alike: the emulator's JSON feed (``Samples`` of
+the MAC message at the top level, ``RB Stats`` of the RLC statistics, the PDCP counter at the
+top level) and MobileInsight's decoding of log packets (:func:`mi2log_messages`, through
+the codec ``clawbed.traces.diaglog``: ``Subpackets`` → ``Samples`` / ``RBs``, the queue-full
+counters in the sub-packets). So a client reading the emulator's byte stream
+(``--feed mi2log``) or a phone's diag port gets the same subframes, measurements and events
+as from the JSON feed; only the timestamps differ, by the rounding to diag ticks (1/52 428 800 s) and back
+(at most a few tenths of a microsecond).
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ from typing import Any
 from clawbed import lte
 
 from clawbed.claw.client.analyzer import SfnClock
+from clawbed.traces.diaglog.emufeed import Mi2logStream
 
 PDSCH_STAT = "LTE_PHY_PDSCH_Stat_Indication"
 SERV_CELL_MEASUREMENT = "LTE_PHY_Serv_Cell_Measurement"
@@ -39,6 +51,8 @@ RLC_DL_STATS = "LTE_RLC_DL_Stats"
 PDCP_DL_STATS = "LTE_PDCP_DL_Stats"
 #: dB between the emulator's channel MCS and the SNR it reports for it.
 SNR_BELOW_MCS_DB = 6.0
+#: The FTL SNR field's floor (raw 0): no indication.
+SNR_FLOOR_DB = -20.0
 
 
 class FeedFormatError(ValueError):
@@ -160,7 +174,7 @@ class FeedDecoder:
             channel = message.get("channel_mcs", sub.get("channel_mcs"))
             if channel is None:
                 snr = _float_or_none(sub.get("FTL SNR Rx[0]"))
-                channel = channel_mcs_from_snr_db(snr) if snr is not None else None
+                channel = channel_mcs_from_snr_db(snr) if snr is not None and snr != SNR_FLOOR_DB else None
             else:
                 channel = _int(channel, "channel_mcs")
             out.append(Measurement(t, rsrq, _float_or_none(sub.get("RSRP")), _float_or_none(sub.get("RSSI")), channel))
@@ -177,9 +191,11 @@ class FeedDecoder:
             if kind == SERV_CELL_MEASUREMENT:
                 s = message["Subpackets"][0]
                 return int(s["Current SFN"]), int(s["Current Subframe Number"])
-            if kind == MAC_DL_TRANSPORT_BLOCK and message.get("Samples"):
-                s = message["Samples"][0]
-                return int(s["SFN"]), int(s["Sub-FN"])
+            if kind == MAC_DL_TRANSPORT_BLOCK:
+                samples = message["Samples"] if "Samples" in message else \
+                    [x for sp in message.get("Subpackets", ()) for x in sp.get("Samples", ())]
+                if samples:
+                    return int(samples[0]["SFN"]), int(samples[0]["Sub-FN"])
         except (KeyError, IndexError, TypeError, ValueError):
             return None
         return None
@@ -193,15 +209,22 @@ class FeedDecoder:
         unix_s = _float_or_none(message.get("timestamp"))
         events = []
         if kind == RLC_DL_STATS:
-            bearers = _get(message, "RB Stats")
+            if "RB Stats" in message or "Subpackets" not in message:  # the JSON feed's shape
+                bearers = _get(message, "RB Stats")
+                counted = bearers
+            else:  # MobileInsight's: the queue-full counter is the sub-packet's
+                counted = _get(message, "Subpackets")
+                bearers = [b for sp in counted for b in sp.get("RBs", ())]
             dropped = sum(_int(_get(b, "Num Dropped PDU"), "Num Dropped PDU") for b in bearers)
-            q_full = sum(_int(b.get("RLC PDCP Q Full Count", 0), "RLC PDCP Q Full Count") for b in bearers)
+            q_full = sum(_int(b.get("RLC PDCP Q Full Count", 0), "RLC PDCP Q Full Count") for b in counted)
             delta = self._rlc_dropped.update(dropped)
             if delta:
                 events.append(LossEvent(LossKind.WIRELESS, delta, t, unix_s))
             self._rlc_q_full.update(q_full)
         elif kind == PDCP_DL_STATS:
-            self._pdcp_q_full.update(_int(_get(message, "Num Offload Q Full Count"), "Num Offload Q Full Count"))
+            holders = [message] if "Subpackets" not in message else message["Subpackets"]
+            self._pdcp_q_full.update(sum(_int(_get(h, "Num Offload Q Full Count"), "Num Offload Q Full Count")
+                                         for h in holders))
         else:
             return events
         overflow = max(self._rlc_q_full.level, self._pdcp_q_full.level)
@@ -226,3 +249,18 @@ class _Counter:
             return 0
         self.level += value - last
         return value - last
+
+
+#: Log codes the client reads from a byte stream (0xB173, 0xB193, 0xB063, 0xB087, 0xB0A4).
+MI2LOG_CODES = (0xB173, 0xB193, 0xB063, 0xB087, 0xB0A4)
+
+
+def mi2log_stream() -> Mi2logStream:
+    """An incremental decoder of a diag byte stream for the client: feed it bytes, get
+    MobileInsight-shaped messages (:class:`FeedDecoder` reads them as the JSON feed's)."""
+    return Mi2logStream(codes=MI2LOG_CODES)
+
+
+def mi2log_messages(data: bytes) -> list[dict[str, Any]]:
+    """The messages of a whole ``.mi2log`` byte string (a file of the emulator's feed)."""
+    return mi2log_stream().feed(data)

@@ -111,7 +111,8 @@ def truth_windows(truth: Any, ue: int, t_truth: np.ndarray, start_truth: np.ndar
     bits[has_mcs] = lte.capacity_bits(mcs[has_mcs].astype(int), avail[has_mcs].astype(int), cell_rbs,
                                       np.where(layers[has_mcs] == 2, 2, 1))
 
-    def window_sum(values: np.ndarray) -> np.ndarray:
+    def window_sum(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sums of ``values`` over each estimate's window, and the subframes in it."""
         c = np.concatenate([[0.0], np.cumsum(values)])
         hi = np.searchsorted(t, t_truth, side="right")
         lo = np.searchsorted(t, start_truth, side="left")

@@ -7,8 +7,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from clawbed.claw.schemes.base import (SCHEMES, ClientAgent, Scheme, SchemeContext, UeEndpoint, get_scheme,
-                                       register_scheme)
+from clawbed.claw.schemes.base import (
+    SCHEMES,
+    ClientAgent,
+    Scheme,
+    SchemeContext,
+    UeEndpoint,
+    get_scheme,
+    register_scheme,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":

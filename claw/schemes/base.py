@@ -30,17 +30,17 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
-from abc import ABC
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
+from clawbed.claw.server.sysctls import apply_server_sysctls, restore_sysctls
 from clawbed.errors import InputError
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wait_until
-from clawbed.claw.server.sysctls import apply_server_sysctls, restore_sysctls
 
 #: name → scheme class, filled by :func:`register_scheme`.
-SCHEMES: dict[str, type["Scheme"]] = {}
+SCHEMES: dict[str, type[Scheme]] = {}
 #: How long a scheme's clients may take to become ready (CLAW's: to connect to the diag feed
 #: and log its first estimates), s.
 CLIENT_READY_TIMEOUT_S = 10.0
@@ -112,7 +112,7 @@ class ClientAgent:
     log_path: Path | None = None
 
 
-class Scheme(ABC):
+class Scheme:
     """A transport scheme. Subclasses set :attr:`name` and :attr:`server_cc` and extend
     :meth:`_setup_server` / :meth:`client_agents`; the base applies the server sysctls and
     makes :attr:`server_cc` the server namespace's default (for servers that cannot set it

@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from clawbed.netns import OwnedProcess, ResourceError
 from clawbed.claw.schemes.base import ClientAgent, Scheme, SchemeContext, UeEndpoint, register_scheme
 from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl, cc_name
+from clawbed.netns import OwnedProcess, ResourceError
 
 #: How long the agent may take to bind and open the maps, s.
 AGENT_READY_TIMEOUT_S = 10.0
@@ -61,7 +61,7 @@ class Claw(Scheme):
         self.cc: CongestionControl | None = None
 
     @property
-    def server_cc(self) -> str:  # type: ignore[override]
+    def server_cc(self) -> str:  # type: ignore[override]  # a class attribute there, named per run here
         """The congestion control's name in the kernel, ``<variant>_<run id>[_<instance>]``
         (names are machine-wide, so each run and instance registers its own): known once
         :meth:`setup` ran."""

@@ -38,13 +38,14 @@ import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Protocol, cast
 
 from clawbed.claw.feedback import Echo, Feedback, FeedbackRejected, ReplayGuard, decode_feedback, read_key
-from clawbed.errors import ClawbedError, InputError
 from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, FlowFlag, FlowStats, Mode, Peer, addr_key
+from clawbed.errors import ClawbedError, InputError
 
 log = logging.getLogger("clawbed.claw.server.agent")
 
@@ -156,8 +157,8 @@ class Agent:
         return Echo(ue_id=fb.ue_id, seq=fb.seq, srtt_us=srtt_us, cwnd_packets=cwnd,
                     cwnd_limited=limited).encode(self.key)
 
-    def _reject(self, kind: str, source: tuple[str, int], detail: str) -> None:
-        """Count a refusal by kind; None (no echo)."""
+    def _reject(self, kind: str, source: tuple[str, int], detail: str) -> bytes | None:
+        """Count a refusal by kind; None (no echo), what :meth:`handle` returns then."""
         self.counters.rejected[kind] += 1
         log.debug("rejected a datagram from %s:%d: %s", source[0], source[1], detail)
         return None
@@ -231,7 +232,9 @@ class _Protocol(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # create_datagram_endpoint's transport: it has sendto(), though its class need not
+        # subclass DatagramTransport (the selector loop's does not here).
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         echo = self.agent.handle(data, addr)

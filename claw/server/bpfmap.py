@@ -15,9 +15,9 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from clawbed.netns import ResourceError
 
@@ -145,7 +145,7 @@ class BpfMap:
         self._closed = False
 
     @classmethod
-    def open_pinned(cls, path: str | Path, *, read_only: bool = False) -> "BpfMap":
+    def open_pinned(cls, path: str | Path, *, read_only: bool = False) -> BpfMap:
         """The map pinned at ``path``."""
         return cls(obj_get(path, read_only=read_only), str(path))
 
@@ -223,7 +223,7 @@ class BpfMap:
             self._closed = True
             os.close(self.fd)
 
-    def __enter__(self) -> "BpfMap":
+    def __enter__(self) -> BpfMap:
         return self
 
     def __exit__(self, *exc: object) -> None:

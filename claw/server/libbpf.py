@@ -222,7 +222,7 @@ class BpfObject:
             self._lib.bpf_object__close(self._obj)
             self._obj = None
 
-    def __enter__(self) -> "BpfObject":
+    def __enter__(self) -> BpfObject:
         return self
 
     def __exit__(self, *exc: object) -> None:

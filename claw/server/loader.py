@@ -4,7 +4,8 @@ Each class creates exactly one thing and its :meth:`close` removes exactly that,
 style of :mod:`clawbed.netns`; the ``Resources`` helpers at the bottom record each thing in
 the run's ledger before creating it and push its ``close`` on the stack:
 
-- :class:`CongestionControl` — ``claw`` or ``cqic`` (``claw/bpf/claw_cc.bpf.c``), registered
+- :class:`CongestionControl` — ``claw`` or ``cqic`` (``claw/bpf/claw_cc.bpf.c``), or any other
+  built ``<variant>_cc.bpf.o`` whose struct_ops is named ``<variant>`` (``vegas``), registered
   under a name of the run's own (:func:`cc_name`: ``claw_<run id>``; congestion-control
   names are machine-wide, so two runs can each have theirs at the same time) through a
   struct_ops *link* pinned in the run's bpffs: removing that pin unregisters it, so even a
@@ -17,10 +18,9 @@ the run's ledger before creating it and push its ``close`` on the stack:
   once per device in a process, later instances on that device sharing it and its flag map.
 
 The bpffs (:class:`~clawbed.claw.bpfobjects.BpffsMount`), the tc attachment and the object
-files' build are :mod:`clawbed.claw.bpfobjects`', shared with the UE's ACK marker; they are
-importable from here too. What a killed run left (ledger kinds ``struct_ops``, ``cc-default``,
-``bpffs``, ``bpf-pin``, ``tc-filter``) the ledger undoes itself
-(:func:`clawbed.netns.undo_entry`).
+files' build are :mod:`clawbed.claw.bpfobjects`', shared with the UE's ACK marker. What a
+killed run left (ledger kinds ``struct_ops``, ``cc-default``, ``bpffs``, ``bpf-pin``,
+``tc-filter``) the ledger undoes itself (:func:`clawbed.netns.undo_entry`).
 """
 
 from __future__ import annotations
@@ -29,25 +29,36 @@ import logging
 import os
 import re
 import struct
-import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
-from clawbed.netns import (FALLBACK_CC, Ledger, Namespace, ResourceError, Resources, remove_tc_filter, unlink_pin,
-                           unmount_bpffs)
-from clawbed.claw.bpfobjects import (BpffsMount, TcProgram, build_command, device_l2_len, mount_bpffs, object_path,
-                                     objects_dir, record)
+from clawbed.claw.bpfobjects import (
+    BpffsMount,
+    TcProgram,
+    device_l2_len,
+    object_path,
+    record,
+)
 from clawbed.claw.server import bpfmap
 from clawbed.claw.server.bpfmap import BpfError, BpfMap
 from clawbed.claw.server.libbpf import BpfObject
 from clawbed.claw.server.maps import ACK_FLAGS_MAP, FLOWS_MAP, SHARED_MAPS, FlowKey, FlowStats
+from clawbed.netns import (
+    FALLBACK_CC,
+    Ledger,
+    Namespace,
+    ResourceError,
+    Resources,
+    unlink_pin,
+)
 
 log = logging.getLogger(__name__)
 
 #: The congestion controls built from ``claw_cc.bpf.c`` (object ``<variant>_cc.bpf.o``, whose
-#: struct_ops variable, map and compiled-in CC name are all ``<variant>``).
+#: struct_ops variable, map and compiled-in CC name are all ``<variant>``). Any other object
+#: ``<variant>_cc.bpf.o`` built the same way loads too (``vegas``: ``vegas_cc.bpf.c``).
 VARIANTS = ("claw", "cqic")
 #: The longest congestion-control name: the kernel's TCP_CA_NAME_MAX (16) less its NUL.
 CC_NAME_MAX = 15
@@ -57,16 +68,25 @@ AVAILABLE_CC = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
 #: tc filter priority of CLAW's programs (any fixed value: we delete by it).
 TC_PREF = 0xC1A
 
+def check_variant(variant: str) -> str:
+    """``variant`` if it can name a BPF congestion control (object ``<variant>_cc.bpf.o``,
+    struct_ops ``<variant>``): [a-z][a-z0-9]*, else ValueError."""
+    if not re.fullmatch(r"[a-z][a-z0-9]*", variant):
+        raise ValueError(f"unknown congestion control variant {variant!r}: a variant is named "
+                         f"[a-z][a-z0-9]* after its object <variant>_cc.bpf.o (e.g. {', '.join(VARIANTS)})")
+    return variant
+
+
 def cc_name(variant: str, run_id: str, instance: str = "") -> str:
-    """The name run ``run_id`` registers CLAW's ``variant`` under: ``<variant>_<run id>``, or
-    ``<variant>_<run id>_<instance>`` for a further instance of the run (another UE's CLAW).
+    """The name run ``run_id`` registers BPF congestion control ``variant`` (``claw``,
+    ``cqic``, ``vegas``) under: ``<variant>_<run id>``, or ``<variant>_<run id>_<instance>``
+    for a further instance of the run (another UE's CLAW).
 
     The kernel's congestion-control names are one namespace for the whole machine; a name of
     the run's own lets two runs (two replays, a replay and the kernel tests) each register
     claw at the same time instead of waiting for each other, and an instance suffix lets one
     run register it once per UE."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown CLAW variant {variant!r}; one of {', '.join(VARIANTS)}")
+    check_variant(variant)
     return check_cc_name(f"{variant}_{run_id}_{instance}" if instance else f"{variant}_{run_id}")
 
 
@@ -154,8 +174,9 @@ class _SharedPins:
 
 
 class CongestionControl:
-    """The ``claw`` or ``cqic`` congestion control (``variant``), registered under ``name``
-    (:func:`cc_name`) while this object is open; sockets and namespace defaults use ``name``.
+    """The BPF congestion control ``variant`` (object ``<variant>_cc.bpf.o``, struct_ops
+    ``<variant>``: ``claw``, ``cqic``, ``vegas``), registered under ``name`` (:func:`cc_name`)
+    while this object is open; sockets and namespace defaults use ``name``.
 
     ``close`` moves every namespace default that :meth:`set_namespace_default` set (and the
     root namespace's, should it name us) off it, unregisters it by removing its link pin,
@@ -164,10 +185,9 @@ class CongestionControl:
 
     def __init__(self, bpffs: BpffsMount, variant: str = "claw", *, name: str, ledger: Ledger | None = None,
                  obj_dir: Path | None = None, register_timeout_s: float = 5.0) -> None:
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown CLAW variant {variant!r}; one of {', '.join(VARIANTS)}")
-        self.variant = variant
+        self.variant = check_variant(variant)
         self.name = check_cc_name(name)
+        obj_path = object_path(f"{variant}_cc.bpf.o", obj_dir)
         self.bpffs = bpffs
         self.ledger = ledger
         self.timeout_s = register_timeout_s
@@ -178,9 +198,10 @@ class CongestionControl:
             raise ResourceError(
                 f"registering congestion control {name}: one of that name is already registered "
                 f"(a leftover of a run with the same id? bpftool struct_ops list)")
-        obj_path = object_path(f"{variant}_cc.bpf.o", obj_dir)
         self._pins = _SharedPins(bpffs, ledger)
         with BpfObject(obj_path, image=struct_ops_image(obj_path, variant, name)) as obj:
+            if not obj.has_map(variant):
+                raise ResourceError(f"BPF object {obj_path} has no struct_ops named {variant!r}")
             self._pins.attach(obj, SHARED_MAPS)
             obj.add_map_flags(variant, bpfmap.BPF_F_LINK)
             try:
@@ -256,7 +277,8 @@ class CongestionControl:
 
 def struct_ops_map_exists(map_id: int, name: str) -> bool:
     """True while the kernel still has struct_ops map ``map_id`` named ``name`` (the map's
-    name is the variant's, ``claw`` or ``cqic``, whatever name the CC was registered under)."""
+    name is the variant's, ``claw``, ``cqic`` or ``vegas``, whatever name the CC was
+    registered under)."""
     try:
         fd = bpfmap.map_fd_by_id(map_id)
     except BpfError:
@@ -381,7 +403,8 @@ def read_flow_stats(bpffs_dir: Path) -> dict[FlowKey, FlowStats]:
 # --- Resources helpers: record, create, push close ----------------------------------------
 
 def register_cc(res: Resources, bpffs: BpffsMount, variant: str = "claw") -> CongestionControl:
-    """Register ``claw`` or ``cqic`` as ``cc_name(variant, res.run_id)`` for the life of ``res``."""
+    """Register ``variant`` (``claw``, ``cqic``, ``vegas``) as ``cc_name(variant, res.run_id)``
+    for the life of ``res``."""
     cc = CongestionControl(bpffs, variant, name=cc_name(variant, res.run_id), ledger=res.ledger)
     res.callback(cc.close)
     return cc

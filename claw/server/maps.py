@@ -85,7 +85,7 @@ class Peer:
                                 self.seq, self.window_ms)
 
     @classmethod
-    def unpack(cls, data: bytes) -> "Peer":
+    def unpack(cls, data: bytes) -> Peer:
         return cls(*cls.FORMAT.unpack(data))
 
 
@@ -105,7 +105,7 @@ class FlowKey:
                                 socket.htons(self.ue_port), socket.htons(self.server_port))
 
     @classmethod
-    def unpack(cls, data: bytes) -> "FlowKey":
+    def unpack(cls, data: bytes) -> FlowKey:
         ue, srv, ue_port, srv_port = cls.FORMAT.unpack(data)
         return cls(socket.inet_ntoa(ue), socket.inet_ntoa(srv), socket.ntohs(ue_port), socket.ntohs(srv_port))
 
@@ -149,7 +149,7 @@ class FlowStats:
         return self.FORMAT.pack(*(getattr(self, f.name) for f in fields(self)))
 
     @classmethod
-    def unpack(cls, data: bytes) -> "FlowStats":
+    def unpack(cls, data: bytes) -> FlowStats:
         return cls(*cls.FORMAT.unpack(data))
 
     @property
@@ -174,7 +174,7 @@ class AckFlags:
         return self.FORMAT.pack(*(getattr(self, f.name) for f in fields(self)))
 
     @classmethod
-    def unpack(cls, data: bytes) -> "AckFlags":
+    def unpack(cls, data: bytes) -> AckFlags:
         return cls(*cls.FORMAT.unpack(data))
 
 

@@ -67,12 +67,7 @@ impl Csv {
 fn read_csv(dir: &Path, name: &str) -> Result<Csv, String> {
     let path = dir.join(name);
     println!("cargo:rerun-if-changed={}", path.display());
-    let text = fs::read_to_string(&path).map_err(|e| {
-        format!(
-            "{}: cannot read 36.213 table ({e})",
-            path.display()
-        )
-    })?;
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: cannot read 36.213 table ({e})", path.display()))?;
     let lines = text
         .lines()
         .enumerate()
@@ -83,15 +78,8 @@ fn read_csv(dir: &Path, name: &str) -> Result<Csv, String> {
 }
 
 fn expect_header(csv: &Csv, expected: &[&str]) -> Result<(), String> {
-    let (line, fields) = csv
-        .lines
-        .first()
-        .ok_or_else(|| csv.error(1, "file is empty"))?;
-    if fields
-        .iter()
-        .map(String::as_str)
-        .ne(expected.iter().copied())
-    {
+    let (line, fields) = csv.lines.first().ok_or_else(|| csv.error(1, "file is empty"))?;
+    if fields.iter().map(String::as_str).ne(expected.iter().copied()) {
         return Err(csv.error(*line, format!("header must be {}", expected.join(","))));
     }
     Ok(())
@@ -108,26 +96,13 @@ fn expect_rows(csv: &Csv, count: usize) -> Result<(), String> {
 
 fn expect_width(csv: &Csv, line: usize, fields: &[String], width: usize) -> Result<(), String> {
     if fields.len() != width {
-        return Err(csv.error(
-            line,
-            format!("expected {width} fields, found {}", fields.len()),
-        ));
+        return Err(csv.error(line, format!("expected {width} fields, found {}", fields.len())));
     }
     Ok(())
 }
 
-fn number<T: std::str::FromStr>(
-    csv: &Csv,
-    line: usize,
-    column: &str,
-    field: &str,
-) -> Result<T, String> {
-    field.parse().map_err(|_| {
-        csv.error(
-            line,
-            format!("column {column}: `{field}` is not a valid number"),
-        )
-    })
+fn number<T: std::str::FromStr>(csv: &Csv, line: usize, column: &str, field: &str) -> Result<T, String> {
+    field.parse().map_err(|_| csv.error(line, format!("column {column}: `{field}` is not a valid number")))
 }
 
 /// (Q_m, I_TBS or None for "reserved") indexed by I_MCS.
@@ -139,10 +114,7 @@ fn parse_mcs(csv: &Csv) -> Result<Vec<(u8, Option<u8>)>, String> {
         expect_width(csv, *line, fields, 3)?;
         let i_mcs: usize = number(csv, *line, "I_MCS", &fields[0])?;
         if i_mcs != index {
-            return Err(csv.error(
-                *line,
-                format!("I_MCS {i_mcs} out of order, expected {index}"),
-            ));
+            return Err(csv.error(*line, format!("I_MCS {i_mcs} out of order, expected {index}")));
         }
         let q_m: u8 = number(csv, *line, "Q_m", &fields[1])?;
         if ![2, 4, 6].contains(&q_m) {
@@ -164,9 +136,8 @@ fn parse_mcs(csv: &Csv) -> Result<Vec<(u8, Option<u8>)>, String> {
 
 /// One-layer TBS in bits, `[I_TBS][N_PRB - 1]`.
 fn parse_tbs(csv: &Csv) -> Result<Vec<Vec<u32>>, String> {
-    let header: Vec<String> = std::iter::once("I_TBS".to_string())
-        .chain((1..=TBS_COLUMNS).map(|n| n.to_string()))
-        .collect();
+    let header: Vec<String> =
+        std::iter::once("I_TBS".to_string()).chain((1..=TBS_COLUMNS).map(|n| n.to_string())).collect();
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     expect_header(csv, &header)?;
     expect_rows(csv, TBS_ROWS)?;
@@ -175,10 +146,7 @@ fn parse_tbs(csv: &Csv) -> Result<Vec<Vec<u32>>, String> {
         expect_width(csv, *line, fields, TBS_COLUMNS + 1)?;
         let i_tbs: usize = number(csv, *line, "I_TBS", &fields[0])?;
         if i_tbs != index {
-            return Err(csv.error(
-                *line,
-                format!("I_TBS {i_tbs} out of order, expected {index}"),
-            ));
+            return Err(csv.error(*line, format!("I_TBS {i_tbs} out of order, expected {index}")));
         }
         let mut row = Vec::with_capacity(TBS_COLUMNS);
         for (n_prb, field) in (1..=TBS_COLUMNS).zip(&fields[1..]) {
@@ -214,16 +182,10 @@ fn parse_translation(csv: &Csv) -> Result<Vec<(u32, u32)>, String> {
 
 /// Every one-layer value the two-layer rule can look up (N_PRB 56..=110) must have a
 /// translation, so the library's lookup cannot miss at run time.
-fn check_translation_covers_tbs(
-    tbs: &[Vec<u32>],
-    translation: &[(u32, u32)],
-) -> Result<(), String> {
+fn check_translation_covers_tbs(tbs: &[Vec<u32>], translation: &[(u32, u32)]) -> Result<(), String> {
     for (i_tbs, row) in tbs.iter().enumerate() {
         for (n_prb, &bits) in row.iter().enumerate().skip(FIRST_TRANSLATED_N_PRB - 1) {
-            if translation
-                .binary_search_by_key(&bits, |&(one, _)| one)
-                .is_err()
-            {
+            if translation.binary_search_by_key(&bits, |&(one, _)| one).is_err() {
                 return Err(format!(
                     "{TRANSLATION_FILE}: no two-layer entry for one-layer TBS {bits} \
                      (I_TBS {i_tbs}, N_PRB {}) of {TBS_FILE}",
@@ -235,49 +197,25 @@ fn check_translation_covers_tbs(
     Ok(())
 }
 
-fn render(
-    dir: &Path,
-    mcs: &[(u8, Option<u8>)],
-    tbs: &[Vec<u32>],
-    translation: &[(u32, u32)],
-) -> String {
+fn render(dir: &Path, mcs: &[(u8, Option<u8>)], tbs: &[Vec<u32>], translation: &[(u32, u32)]) -> String {
     let mut s = String::new();
     // `writeln!` into a String cannot fail.
-    let _ = writeln!(
-        s,
-        "// Generated by build.rs from {}; do not edit.",
-        dir.display()
-    );
-    let _ = writeln!(
-        s,
-        "/// (Q_m, I_TBS) by I_MCS; `None` I_TBS marks a reserved index."
-    );
-    let _ = writeln!(
-        s,
-        "pub(crate) static MCS_TABLE: [(u8, Option<u8>); {MCS_ROWS}] = ["
-    );
+    let _ = writeln!(s, "// Generated by build.rs from {}; do not edit.", dir.display());
+    let _ = writeln!(s, "/// (Q_m, I_TBS) by I_MCS; `None` I_TBS marks a reserved index.");
+    let _ = writeln!(s, "pub(crate) static MCS_TABLE: [(u8, Option<u8>); {MCS_ROWS}] = [");
     for (q_m, i_tbs) in mcs {
         let _ = writeln!(s, "    ({q_m}, {i_tbs:?}),");
     }
     let _ = writeln!(s, "];");
     let _ = writeln!(s, "/// One-layer TBS in bits, `[I_TBS][N_PRB - 1]`.");
-    let _ = writeln!(
-        s,
-        "pub(crate) static TBS_TABLE: [[u32; {TBS_COLUMNS}]; {TBS_ROWS}] = ["
-    );
+    let _ = writeln!(s, "pub(crate) static TBS_TABLE: [[u32; {TBS_COLUMNS}]; {TBS_ROWS}] = [");
     for row in tbs {
         let cells: Vec<String> = row.iter().map(u32::to_string).collect();
         let _ = writeln!(s, "    [{}],", cells.join(", "));
     }
     let _ = writeln!(s, "];");
-    let _ = writeln!(
-        s,
-        "/// (one-layer TBS, two-layer TBS) in bits, sorted by the one-layer value."
-    );
-    let _ = writeln!(
-        s,
-        "pub(crate) static TBS_TRANSLATION: [(u32, u32); {TRANSLATION_ROWS}] = ["
-    );
+    let _ = writeln!(s, "/// (one-layer TBS, two-layer TBS) in bits, sorted by the one-layer value.");
+    let _ = writeln!(s, "pub(crate) static TBS_TRANSLATION: [(u32, u32); {TRANSLATION_ROWS}] = [");
     for (one, two) in translation {
         let _ = writeln!(s, "    ({one}, {two}),");
     }

@@ -8,7 +8,14 @@ above :mod:`clawbed.emulator` (it extends the cell's own namespaces), while the 
 nothing from either. ``tests/test_import_graph.py`` keeps it so.
 """
 
-from clawbed.orchestrator.network.topology import (Impairment, NetemProbe, Shaping, Topology, WiredHost, WiredNet,
-                                                   probe_netem)
+from clawbed.orchestrator.network.topology import (
+                                                   Impairment,
+                                                   NetemProbe,
+                                                   Shaping,
+                                                   Topology,
+                                                   WiredHost,
+                                                   WiredNet,
+                                                   probe_netem,
+)
 
 __all__ = ["Impairment", "NetemProbe", "Shaping", "Topology", "WiredHost", "WiredNet", "probe_netem"]

@@ -51,9 +51,10 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
 from clawbed.claw.schemes.base import Scheme, scheme_names
@@ -464,14 +465,14 @@ def build_activities(cross_traffic: Sequence[CrossTrafficSpec], other_ues: Seque
     activities: list[Background] = []
     for i, spec in enumerate(cross_traffic):
         activities.append(BulkCross(spec) if spec.kind == "bulk" else OnOffCross(spec, seed * 1000 + i))
-    for i, spec in enumerate(other_ues, start=1):
-        if spec.kind == "bulk":
-            activities.append(OtherUeBulk(spec, i, settings))
+    for i, ue_spec in enumerate(other_ues, start=1):
+        if ue_spec.kind == "bulk":
+            activities.append(OtherUeBulk(ue_spec, i, settings))
         else:
             if page_bytes is None:
-                raise ValueError(f"other UE {i} downloads page {spec.page!r}: give page_bytes")
+                raise ValueError(f"other UE {i} downloads page {ue_spec.page!r}: give page_bytes")
             page_seed = seed * 1000 + 100 + i
-            activities.append(OtherUePage(spec, i, page_seed, page_bytes(spec.page, page_seed), settings))
+            activities.append(OtherUePage(ue_spec, i, page_seed, page_bytes(ue_spec.page, page_seed), settings))
     return activities
 
 

@@ -6,8 +6,8 @@ dependency tree as a browser would) each print one :class:`LoadResult` JSON line
 :func:`run_load` starts one in a namespace and parses it.
 """
 
-from clawbed.replay.loaders.result import LoadResult, ObjectTiming
 from clawbed.replay.loaders.access import ServerAccess
+from clawbed.replay.loaders.result import LoadResult, ObjectTiming
 from clawbed.replay.loaders.runner import LOADERS, run_load
 
 __all__ = ["LOADERS", "LoadResult", "ObjectTiming", "ServerAccess", "run_load"]

@@ -41,11 +41,3 @@ def parse_resolve(values: list[str] | None) -> dict[str, str]:
             raise ValueError(f"--resolve {value!r}: HOST=ADDRESS expected")
         out[host.lower()] = address
     return out
-
-
-def _tail(path: Path, n_lines: int = 8) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(no stderr log)"
-    return " | ".join(lines[-n_lines:]) or "(stderr empty)"

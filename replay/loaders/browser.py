@@ -16,8 +16,8 @@ import tempfile
 import time
 from types import FrameType
 
-from clawbed.replay.loaders.result import LoadResult, ObjectTiming
 from clawbed.replay.loaders.access import parse_resolve
+from clawbed.replay.loaders.result import LoadResult, ObjectTiming
 
 CHROMIUM = "/usr/bin/chromium"
 

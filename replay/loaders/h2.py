@@ -28,8 +28,8 @@ from html.parser import HTMLParser
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-from clawbed.replay.loaders.result import LoadResult, ObjectTiming, protocol_name
 from clawbed.replay.loaders.access import parse_resolve
+from clawbed.replay.loaders.result import LoadResult, ObjectTiming, protocol_name
 
 if TYPE_CHECKING:
     import httpx
@@ -108,7 +108,7 @@ def decoded(body: bytes, content_encoding: str) -> bytes | None:
                 except zlib.error:  # raw deflate, as some servers send it
                     body = zlib.decompress(body, -zlib.MAX_WBITS)
             elif coding == "br":
-                import brotli  # type: ignore[import-not-found]
+                import brotli  # not installed here: the load notes what it cannot read
                 body = brotli.decompress(body)
             elif coding != "identity":
                 return None
@@ -117,7 +117,7 @@ def decoded(body: bytes, content_encoding: str) -> bytes | None:
     return body
 
 
-def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | None) -> "httpx.AsyncClient":
+def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | None) -> httpx.AsyncClient:
     """A client for one origin: HTTP/2 on one connection for https (unless ``http1``), else
     HTTP/1.1 on up to :data:`HTTP1_CONNECTIONS`; host names resolved through ``resolve``."""
     import httpcore
@@ -139,7 +139,7 @@ def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | No
             self.inner = httpcore.AnyIOBackend()
 
         async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                              local_address: str | None = None, socket_options=None):  # type: ignore[no-untyped-def]
+                              local_address: str | None = None, socket_options=None):  # noqa: ANN001, ANN202
             address = resolve.get(host.lower(), host)
             return await self.inner.connect_tcp(address, port, timeout=timeout, local_address=local_address,
                                                 socket_options=socket_options)
@@ -161,7 +161,7 @@ async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: li
                 resolve: dict[str, str], ca_cert: str | None, redirects: set[str]) -> float:
     """Fetch ``url`` and everything it references; fill ``objects``; return the PLT, ms."""
     origin = urlsplit(url)
-    clients: dict[tuple[str, str], "httpx.AsyncClient"] = {}
+    clients: dict[tuple[str, str], httpx.AsyncClient] = {}
 
     def followed(target: str) -> bool:
         split = urlsplit(target)
@@ -172,7 +172,7 @@ async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: li
         return split.netloc == origin.netloc
 
     async with contextlib.AsyncExitStack() as stack:
-        def client_for(target: str) -> "httpx.AsyncClient":
+        def client_for(target: str) -> httpx.AsyncClient:
             split = urlsplit(target)
             key = (split.scheme, split.netloc.lower())
             if key not in clients:
@@ -234,7 +234,7 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
     try:
         plt_ms = asyncio.run(asyncio.wait_for(
             _load(url, http1, objects, failures, notes, resolve or {}, ca_cert, redirects), timeout_s))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         result.error = f"load of {url} did not finish in {timeout_s} s"
     except Exception as e:  # connection refused, TLS failure, protocol error: report, not crash
         result.error = f"load of {url} failed: {type(e).__name__}: {e}"

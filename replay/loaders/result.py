@@ -40,7 +40,7 @@ class LoadResult:
         return json.dumps(asdict(self), separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, line: str) -> "LoadResult":
+    def from_json(cls, line: str) -> LoadResult:
         data = json.loads(line)
         data["objects"] = [ObjectTiming(**o) for o in data.get("objects", [])]
         return cls(**data)

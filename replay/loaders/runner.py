@@ -20,6 +20,14 @@ WORKER_MARGIN_S = 20.0
 _numbers = itertools.count(1)
 
 
+def _tail(path: Path, n_lines: int = 8) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no stderr log)"
+    return " | ".join(lines[-n_lines:]) or "(stderr empty)"
+
+
 def run_load(res: Resources, ue_ns: Namespace, url: str, loader: str = "browser",
              timeout_s: float = 60.0, http1: bool = False, log_dir: Path | None = None,
              access: ServerAccess | None = None) -> LoadResult:

@@ -1,13 +1,18 @@
-"""Encoder of diag logs: log packets in HDLC frames, and the bodies of 0xB173 (version 24)
-and 0xB063 (version 1, sub-packet version 4) from MobileInsight-shaped dicts.
+"""Encoder of diag logs: log packets in HDLC frames, and the bodies of 0xB173 (version 24),
+0xB063 (version 1, sub-packet version 4), 0xB193 (version 1, sub-packet version 22), 0xB087
+(version 1, sub-packet 0x42 version 3) and 0xB0A4 (version 1, sub-packet 0xC4 version 2)
+from MobileInsight-shaped dicts.
 
-The versions are those of the 2018 Pixel XL log (the newest pair a public decoder reads
+The versions are those of the 2018 Pixel XL log (the newest set a public decoder reads
 and a real log carries together). ``TB Size`` is written as given: bytes *including* the
 3-byte transport-block CRC, as real logs have it (36.213 TBS bits / 8 + 3); ``DL TBS
 (bytes)`` of 0xB063 is the MAC PDU without it. A field missing from a dict takes the
 value a phone logs for a plain unicast block (``HSIC Enabled`` Disabled, ``RNTI Type``
-C-RNTI, ``PMCH ID``/``Area ID`` 0, …); a value that does not fit its bits is a ValueError
-naming the field, never silently cut.
+C-RNTI, ``PMCH ID``/``Area ID`` 0, ``Did Recombining`` Yes for a retransmission (RV ≠ 0)
+and No for a first transmission, …); a value that does not fit its bits is a ValueError
+naming the field, never silently cut. The exceptions are the measurements of 0xB193, which
+are quantised to the format's steps and clamped to its ranges (a phone reports no more), and
+the RLC/PDCP counters, which wrap at 2**32 as a modem's 32-bit counters do.
 """
 
 from __future__ import annotations
@@ -22,12 +27,23 @@ from clawbed.traces.diaglog.messages import (
     CRC_RESULTS,
     DID_RECOMBINING,
     DISCARDED_PRESENT,
+    B193_SUBPACKET_ID,
     HSIC,
     LTE_MAC_DL_TB,
+    LTE_PDCP_DL_STATS,
     LTE_PHY_PDSCH_STAT,
+    LTE_PHY_SERV_CELL_MEAS,
+    LTE_RLC_DL_STATS,
     MAC_RNTI_TYPES,
     MODULATIONS,
+    PDCP_DL_PAYLOAD_FMT,
+    PDCP_DL_RB_FMT,
+    PDCP_DL_SUBPACKET_ID,
     PDSCH_RNTI_TYPES,
+    RLC_DL_PAYLOAD_FMT,
+    RLC_DL_RB_FMT,
+    RLC_DL_SUBPACKET_ID,
+    RLC_MODES,
     TYPE_NAMES,
     cell_index_of,
 )
@@ -36,6 +52,13 @@ B173_VERSION = 24
 B063_VERSION = 1
 B063_SUBPACKET_VERSION = 4
 B063_SUBPACKET_ID = 7
+B193_VERSION = 1
+B193_SUBPACKET_VERSION = 22
+#: Declared size of a v22 sub-packet (header included), fixed per version (the Pixel XL's).
+B193_SUBPACKET_BYTES = 492
+STATS_VERSION = 1
+B087_SUBPACKET_VERSION = 3
+B0A4_SUBPACKET_VERSION = 2
 MAX_LOG_ITEM_BYTES = 0xFFFF
 
 
@@ -89,9 +112,10 @@ def _b173_tb(tb: Mapping[str, Any]) -> bytes:
     if "ACK/NACK Decision" in tb and _named(tb, "ACK/NACK Decision", _ACK, "ACK") != crc:
         raise ValueError("field 'ACK/NACK Decision' disagrees with 'CRC Result' (it is its copy)")
     b0 = _uint(tb, "HARQ ID", 4) | _uint(tb, "RV", 2, 0) << 4 | _uint(tb, "NDI", 1, 0) << 6 | crc << 7
+    rv = _uint(tb, "RV", 2, 0)
     b1 = (_named(tb, "RNTI Type", _PDSCH_RNTI, "C-RNTI") | _uint(tb, "TB Index", 1, 0) << 4
           | _named(tb, "Discarded reTx Present", _DISCARDED, "None") << 5
-          | _named(tb, "Did Recombining", _RECOMBINING, "No") << 6)
+          | _named(tb, "Did Recombining", _RECOMBINING, "Yes" if rv else "No") << 6)
     mcs = _uint(tb, "MCS", 8)
     modulation = _named(tb, "Modulation Type", _MODULATION, _modulation_for(mcs))
     return (bytes((b0, b1)) + _uint(tb, "TB Size", 16).to_bytes(2, "little")
@@ -156,11 +180,120 @@ def encode_b063(samples: Iterable[Mapping[str, Any]]) -> bytes:
     return bytes((B063_VERSION, 1, 0, 0)) + sub + bytes(out)
 
 
+# --- 0xB193 ----------------------------------------------------------------------------------
+# v22 fields: (name, offset in the sub-packet body, lo bit, hi bit, kind); as messages.B193_FIELDS.
+_B193_V22 = (("RSRP Rx[0]", 24, 10, 21, "rsrp"), ("RSRP Rx[1]", 28, 12, 23, "rsrp"),
+             ("RSRP", 36, 12, 23, "rsrp"), ("RSRQ Rx[0]", 40, 12, 21, "rsrq"),
+             ("RSRQ Rx[1]", 44, 0, 9, "rsrq"), ("RSRQ", 44, 10, 19, "rsrq"),
+             ("RSSI", 60, 0, 10, "rssi"),
+             ("FTL SNR Rx[0]", 84, 0, 8, "snr"), ("FTL SNR Rx[1]", 84, 9, 17, "snr"))
+#: kind → (offset, step): raw = value's steps above the offset (messages._scaled inverted).
+_SCALES = {"rsrp": (-180.0, 0.0625), "rsrq": (-30.0, 0.0625), "rssi": (-110.0, 0.0625), "snr": (-20.0, 0.1)}
+#: Where a combined value stands in for a per-antenna one the message does not give.
+_FALLBACK = {"RSRP Rx[0]": "RSRP", "RSRP Rx[1]": "RSRP", "RSRQ Rx[0]": "RSRQ", "RSRQ Rx[1]": "RSRQ",
+             "FTL SNR Rx[1]": "FTL SNR Rx[0]"}
+
+
+def quantise(value: Any, kind: str, bits: int) -> int:
+    """The raw field of a measurement: ⌊(value − offset) / step + ½⌋ clamped to [0, 2**bits − 1];
+    a missing or non-finite value is raw 0 (the format's floor: e.g. FTL SNR −20 dB). The
+    emulator's Rust writer computes the same expression in the same order (IEEE-754 doubles),
+    so both give the same raw value."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    x = (float(value) - _SCALES[kind][0]) / _SCALES[kind][1] + 0.5
+    if not x == x or x <= 0.0:  # NaN, or below the floor
+        return 0
+    top = (1 << bits) - 1
+    return top if x >= top + 1 else min(int(x), top)
+
+
+def _b193_v22(sp: Mapping[str, Any]) -> bytes:
+    body = bytearray(B193_SUBPACKET_BYTES - 4)
+    body[0:4] = _uint(sp, "E-ARFCN", 32, 0).to_bytes(4, "little")
+    body[4:6] = _uint(sp, "Num-of-cells", 16, 1).to_bytes(2, "little")
+    cell = cell_index_of(sp.get("Serving Cell Index", "PCell"))
+    if not 0 <= cell <= 7:
+        raise ValueError(f"field 'Serving Cell Index' = {sp.get('Serving Cell Index')!r}")
+    pci = _uint(sp, "Physical Cell ID", 9, 0) | cell << 9 | _uint(sp, "Is Serving Cell", 1, 1) << 12
+    body[8:10] = pci.to_bytes(2, "little")
+    sfn = _uint(sp, "Current SFN", 10) | _uint(sp, "Current Subframe Number", 4) << 10
+    body[12:14] = sfn.to_bytes(2, "little")
+    for name, off, lo, hi, kind in _B193_V22:
+        value = sp.get(name, sp.get(_FALLBACK.get(name, name)))
+        word = int.from_bytes(body[off:off + 4], "little") | quantise(value, kind, hi - lo + 1) << lo
+        body[off:off + 4] = word.to_bytes(4, "little")
+    return bytes((B193_SUBPACKET_ID, B193_SUBPACKET_VERSION)) + B193_SUBPACKET_BYTES.to_bytes(2, "little") + body
+
+
+def encode_b193(subpackets: Iterable[Mapping[str, Any]]) -> bytes:
+    """Body of a 0xB193 packet (version 1) holding ``subpackets``, each written as a
+    Serving_Cell_Measurement_Result of sub-packet version 22 (492 bytes)."""
+    subs = [_b193_v22(sp) for sp in subpackets]
+    if len(subs) > 255:
+        raise ValueError(f"{len(subs)} sub-packets: at most 255 in one packet")
+    return bytes((B193_VERSION, len(subs), 0, 0)) + b"".join(subs)
+
+
+# --- 0xB087 and 0xB0A4: cumulative statistics, from the decoders' format tables -------------------
+
+_RLC_MODE = _inverse(RLC_MODES)
+
+
+def _by_fmt(fmt: tuple[tuple[str | None, int], ...], d: Mapping[str, Any], out: bytearray) -> None:
+    for name, size in fmt:
+        value = 0 if name is None else d.get(name, 0)
+        if name == "Mode":
+            value = _named(d, "Mode", _RLC_MODE, "AM")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"field {name!r} = {value!r}: not a counter")
+        out += (value % (1 << (8 * size))).to_bytes(size, "little")
+
+
+def _stats_body(subpackets: Iterable[Mapping[str, Any]], sub_id: int, sub_ver: int,
+                payload_fmt: tuple[tuple[str | None, int], ...],
+                rb_fmt: tuple[tuple[str | None, int], ...]) -> bytes:
+    out = bytearray()
+    n = 0
+    for sp in subpackets:
+        n += 1
+        rbs = list(sp.get("RBs", ()))
+        if sp.get("Num RBs", len(rbs)) != len(rbs):
+            raise ValueError(f"sub-packet {n}: 'Num RBs' {sp.get('Num RBs')} but {len(rbs)} given")
+        body = bytearray()
+        _by_fmt(payload_fmt, {**sp, "Num RBs": len(rbs)}, body)
+        for rb in rbs:
+            _by_fmt(rb_fmt, rb, body)
+        body += bytes(-(len(body) + 4) % 4)  # sizes are multiples of 4 (the Pixel XL's are)
+        size = 4 + len(body)
+        if size > 0xFFFF:
+            raise ValueError(f"sub-packet {n} is too long")
+        out += bytes((sub_id, sub_ver)) + size.to_bytes(2, "little") + body
+    if n > 255:
+        raise ValueError(f"{n} sub-packets: at most 255 in one packet")
+    return bytes((STATS_VERSION, n, 0, 0)) + bytes(out)
+
+
+def encode_b087(subpackets: Iterable[Mapping[str, Any]]) -> bytes:
+    """Body of a 0xB087 LTE RLC DL Stats packet (version 1, sub-packets 0x42 version 3)."""
+    return _stats_body(subpackets, RLC_DL_SUBPACKET_ID, B087_SUBPACKET_VERSION, RLC_DL_PAYLOAD_FMT,
+                       RLC_DL_RB_FMT[B087_SUBPACKET_VERSION])
+
+
+def encode_b0a4(subpackets: Iterable[Mapping[str, Any]]) -> bytes:
+    """Body of a 0xB0A4 LTE PDCP DL Stats packet (version 1, sub-packets 0xC4 version 2)."""
+    return _stats_body(subpackets, PDCP_DL_SUBPACKET_ID, B0A4_SUBPACKET_VERSION, PDCP_DL_PAYLOAD_FMT,
+                       PDCP_DL_RB_FMT[B0A4_SUBPACKET_VERSION])
+
+
 _ENCODERS = {
     TYPE_NAMES[LTE_PHY_PDSCH_STAT]: (LTE_PHY_PDSCH_STAT, lambda m: encode_b173(m.get("Records", ()))),
     TYPE_NAMES[LTE_MAC_DL_TB]: (LTE_MAC_DL_TB, lambda m: encode_b063(
         m["Samples"] if "Samples" in m else
         [x for sp in m.get("Subpackets", ()) for x in sp.get("Samples", ())])),
+    TYPE_NAMES[LTE_PHY_SERV_CELL_MEAS]: (LTE_PHY_SERV_CELL_MEAS, lambda m: encode_b193(m.get("Subpackets", ()))),
+    TYPE_NAMES[LTE_RLC_DL_STATS]: (LTE_RLC_DL_STATS, lambda m: encode_b087(m.get("Subpackets", ()))),
+    TYPE_NAMES[LTE_PDCP_DL_STATS]: (LTE_PDCP_DL_STATS, lambda m: encode_b0a4(m.get("Subpackets", ()))),
 }
 #: Message names (``type_id``) the encoder writes.
 ENCODED_TYPES = frozenset(_ENCODERS)

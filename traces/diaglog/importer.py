@@ -29,6 +29,30 @@ for the other users' RBs. The rules (also written into each trace's provenance):
   ``load_from_rsrq``, CLAW Eq. 7): other_rbs = round(load × N_rb) − own_rbs, clipped to
   [0, N_rb − own_rbs]. It is the very model CLAW uses, so CLAW's estimates on such a trace
   are not an independent check. With neither: 0.
+
+**The lossy path** (0xB063), when the log has no 0xB173 record of a known version for the
+cell (e.g. the T-Mobile log, which has none): per subframe the UE's transport blocks come
+from 0xB063 LTE MAC DL Transport Block samples (C-RNTI only; SI/P/RA-RNTI samples are cell
+load, not the UE), placed SFN-exact as above:
+
+- ``own_tbs_bits``: Σ ``DL TBS (bytes)`` × 8, exact (the MAC PDU is the TBS without its CRC).
+- ``mcs``: *estimated* from the measurements' ``FTL SNR Rx[0]``, held between them: MCS =
+  ⌊SNR + 6 dB + ½⌋ clamped to 0..28 (the inverse of the emulator's own SNR indication, not a
+  phone's link adaptation: on the shared Pixel XL log the logged MCS − SNR has median 3.4 dB,
+  10–90 % −1.7…9.5 dB). Where a block does not fit N_rb at that MCS, the lowest MCS at which
+  it does. Without any SNR, the lowest MCS at which each block fits N_rb, held.
+- ``own_rbs``: *estimated*: the fewest RBs carrying the block at that MCS (36.213 TBS).
+- ``layers``: 1, or 2 where a block fits N_rb only on two layers.
+- ``harq_fail``: unknown, 0: 0xB063 logs the blocks MAC received, not the CRC failures.
+- RSRP/RSRQ and ``other_rbs`` as above (the estimate then uses the estimated ``own_rbs``).
+
+The provenance says which path was taken (``path``: ``pdsch`` or ``mac-fallback``) and lists
+the estimated columns (``estimated_columns``).
+
+0xB173 version 48 (2023 Pixel 5) has no published layout; ``docs/diag-log-format.md`` §2.5
+infers v36's (40-byte records, 12-byte TB slots) from one log. With ``infer_v48`` (flag
+``--infer-b173-v48``) those records are read with it and the provenance says so; without it
+they are unknown versions, counted.
 """
 
 from __future__ import annotations
@@ -44,10 +68,11 @@ import numpy as np
 from clawbed.errors import InputError
 from clawbed.lte import MAX_MCS, N_RB_BY_BANDWIDTH_MHZ, db_to_linear, load_from_rsrq, tbs_grid
 from clawbed.traces.diaglog.dci import carry_forward, read_dci_log
-from clawbed.traces.diaglog.log import GPS_EPOCH_UNIX_S, TICKS_PER_S, decode_bytes
-from clawbed.traces.diaglog.messages import LTE_PHY_PDSCH_STAT, LTE_PHY_SERV_CELL_MEAS, cell_index_of
-from clawbed.traces.diaglog.pdsch import PdschCollector, PdschColumns
-from clawbed.traces.diaglog.timing import HALF_PERIOD_MS, REANCHOR_MS, SFN_PERIOD_MS
+from clawbed.traces.diaglog.log import GPS_EPOCH_UNIX_S, TICKS_PER_S, DiagLog, decode_bytes
+from clawbed.traces.diaglog.messages import (LTE_MAC_DL_TB, LTE_PHY_PDSCH_STAT, LTE_PHY_SERV_CELL_MEAS,
+                                             cell_index_of)
+from clawbed.traces.diaglog.pdsch import INFERRED_LAYOUTS, PdschCollector, PdschColumns
+from clawbed.traces.diaglog.timing import HALF_PERIOD_MS, REANCHOR_MS, SFN_PERIOD_MS, SfnClock
 from clawbed.traces.schema import COLUMN_BY_NAME, Trace, make_trace, new_metadata
 
 #: A run of at least this many subframes with neither a record nor a measurement is a gap.
@@ -59,6 +84,8 @@ QUOTED_DEFECTS = 10
 MAX_SPAN_MS = 48 * 3600 * 1000
 C_RNTI = 0
 TB_CRC_BYTES = 3
+#: The fallback's channel MCS from FTL SNR: MCS = SNR + this, dB (the emulator's rule).
+SNR_BELOW_MCS_DB = 6.0
 
 
 def _unix_ms(ticks: np.ndarray) -> np.ndarray:
@@ -120,10 +147,11 @@ def _channel_mcs(cols: PdschColumns, sel: np.ndarray, user: np.ndarray, n_rb: in
 
 def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas: int = 2,
                          cell: int = 0, dci_path: Path | None = None,
-                         dci_kind: str | None = None) -> Trace:
-    """A trace from a diag log (rules: the module doc). InputError when the file cannot be
-    read or holds no 0xB173 record of a known version for ``cell`` (naming the versions
-    met); defects inside the log are counted in the provenance, never fatal."""
+                         dci_kind: str | None = None, infer_v48: bool = False) -> Trace:
+    """A trace from a diag log (rules: the module doc). Without a 0xB173 record of a known
+    version for ``cell`` it takes the lossy 0xB063 path; InputError when the file cannot be
+    read or holds neither (naming the versions met); defects inside the log are counted in
+    the provenance, never fatal."""
     path = Path(path)
     n_rb = N_RB_BY_BANDWIDTH_MHZ.get(bandwidth_mhz)
     if n_rb is None:
@@ -134,21 +162,16 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
         data = path.read_bytes()
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from e
-    collector = PdschCollector()
+    collector = PdschCollector(INFERRED_LAYOUTS if infer_v48 else None)
     log = decode_bytes(data, codes={LTE_PHY_SERV_CELL_MEAS}, raw={LTE_PHY_PDSCH_STAT: collector})
     cols = collector.columns()
     stats = log.stats
     versions = {k: v for k, v in stats.decoded.items()}
     sel = np.flatnonzero(cols.cell == cell)
     if len(sel) == 0:
-        cells = sorted(Counter(cols.cell.tolist()).items())
-        unknown = ", ".join(f"{k} ×{v}" for k, v in stats.unknown_versions.items()) or "none"
-        raise InputError(
-            f"{path}: no 0xB173 record of a known version for serving cell {cell} "
-            f"(records per cell: {dict(cells) or 'none'}; decoded: "
-            f"{', '.join(f'{k} ×{v}' for k, v in versions.items()) or 'nothing'}; unknown versions: "
-            f"{unknown}; {len(log.defects)} defects"
-            + (f", first: {log.defects[0]}" if log.defects else "") + ")")
+        return _import_from_mac(path, data, log, cols, bandwidth_mhz=bandwidth_mhz, n_rb=n_rb,
+                                n_antennas=n_antennas, cell=cell, dci_path=dci_path, dci_kind=dci_kind,
+                                infer_v48=infer_v48)
 
     t_abs_all, anchors, reanchors = _place_records(cols)
     t_abs = t_abs_all[sel]
@@ -194,10 +217,43 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
                          f"new-transmission MCS 0..{MAX_MCS}, so its channel MCS is unknown")
     mcs = carry_forward(mcs, valid)
 
-    # Measurements of this cell.
+    columns: dict[str, np.ndarray] = {"mcs": mcs, "own_rbs": own,
+                                      "own_tbs_bits": np.minimum(tbs, 2**24), "harq_fail": harq}
+    mapping = (
+        f"One row per ms from subframe 0 of the first frame with a 0xB173 record of serving cell "
+        f"{cell} to the last such record, SFN-exact (wraps counted by the diag timestamps, "
+        f"{reanchors} re-anchorings). own_rbs = the record's Num RBs when it carries a C-RNTI "
+        f"block, own_tbs_bits = Σ(TB Size − 3 CRC bytes) × 8 over them; mcs = the block's MCS "
+        f"(two blocks: the MCS whose two-layer TBS on those RBs is nearest their total) where a "
+        f"block has MCS 0..{MAX_MCS}, held from the last such subframe elsewhere (the first "
+        f"before it: not-scheduled subframes keep the last channel seen)"
+        + ("; layers = 2 where two C-RNTI blocks, held likewise" if n_antennas == 2 else "")
+        + "; harq_fail = a first-transmission (not recombined) C-RNTI block failed its CRC; "
+        "rsrp_dbm/rsrq_db = 0xB193 values held between measurements; other_rbs: ")
+    if n_antennas == 2:
+        columns["layers"] = np.where(carry_forward(two, valid | record_rows), 2, 1)
+    path_info: dict[str, Any] = {
+        "path": "pdsch", "estimated_columns": [],
+        "records": int(len(sel)), "c_rnti_blocks": int(user.sum()),
+        "crc_failures": int((user & ~cols.tb_crc_pass[sel]).sum()),
+        "first_transmission_failures": int(first_fail.sum()),
+    }
+    if 48 in cols.versions:
+        path_info["inferred_layouts"] = {"0xB173 v48": "v36's (docs/diag-log-format.md §2.5, inferred "
+                                         "from one log; not a published layout)"}
+    return _finish(path, data, log, columns, record_rows, anchors, t0=t0, start_sfn=start_sfn,
+                   duration=duration, n_rb=n_rb, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas,
+                   cell=cell, dci_path=dci_path, dci_kind=dci_kind, mapping=mapping, path_info=path_info,
+                   coverage_extra={"timing_reanchors": reanchors, "repeated_subframe_records": repeated})
+
+
+def _measurements(log: DiagLog, cell: int, anchors: list[tuple[float, int]], t0: int,
+                  duration: int) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Rows, RSRP, RSRQ and FTL SNR (NaN where absent) of the cell's 0xB193 measurements."""
     meas_rows: list[int] = []
     rsrp: list[float] = []
     rsrq: list[float] = []
+    snr: list[float] = []
     for p in log.packets:
         for sp in p.message.get("Subpackets", ()):
             if "Current SFN" not in sp or cell_index_of(sp.get("Serving Cell Index", "")) != cell:
@@ -209,8 +265,20 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
                 meas_rows.append(r)
                 rsrp.append(sp.get("RSRP", float("nan")))
                 rsrq.append(sp.get("RSRQ", float("nan")))
-    columns: dict[str, np.ndarray] = {"mcs": mcs, "own_rbs": own,
-                                      "own_tbs_bits": np.minimum(tbs, 2**24), "harq_fail": harq}
+                s = sp.get("FTL SNR Rx[0]")
+                snr.append(float("nan") if s is None else s)
+    return meas_rows, rsrp, rsrq, snr
+
+
+def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray], record_rows: np.ndarray,
+            anchors: list[tuple[float, int]], *, t0: int, start_sfn: int, duration: int, n_rb: int,
+            bandwidth_mhz: float, n_antennas: int, cell: int, dci_path: Path | None, dci_kind: str | None,
+            mapping: str, path_info: dict[str, Any], coverage_extra: dict[str, Any]) -> Trace:
+    """The common tail: measurements, other users' RBs, coverage, provenance, the trace."""
+    stats = log.stats
+    versions = {k: v for k, v in stats.decoded.items()}
+    own = columns["own_rbs"]
+    meas_rows, rsrp, rsrq, _snr = _measurements(log, cell, anchors, t0, duration)
     measured = np.zeros(duration, dtype=bool)
     held: dict[str, np.ndarray] = {}
     for name, values in (("rsrp_dbm", rsrp), ("rsrq_db", rsrq)):
@@ -226,8 +294,6 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
             measured |= have
             held[name] = carry_forward(col, have)
             columns[name] = held[name]
-    if n_antennas == 2:
-        columns["layers"] = np.where(carry_forward(two, valid | record_rows), 2, 1)
 
     # Other users' RBs.
     room = n_rb - own
@@ -292,33 +358,23 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
         "unknown_versions": dict(stats.unknown_versions),
         "defects": dict(stats.defects_by_kind),
         "first_defects": [str(d) for d in log.defects[:QUOTED_DEFECTS]],
-        "timing_reanchors": reanchors,
-        "repeated_subframe_records": repeated,
+        **coverage_extra,
         "other_rbs": "exact (DCI log)" if dci_path is not None else
                      "estimated (RSRQ load model)" if "rsrq_db" in held else "none (0)",
     }
-    all_tbs = int(user.sum())
-    mapping = (
-        f"One row per ms from subframe 0 of the first frame with a 0xB173 record of serving cell "
-        f"{cell} to the last such record, SFN-exact (wraps counted by the diag timestamps, "
-        f"{reanchors} re-anchorings). own_rbs = the record's Num RBs when it carries a C-RNTI "
-        f"block, own_tbs_bits = Σ(TB Size − 3 CRC bytes) × 8 over them; mcs = the block's MCS "
-        f"(two blocks: the MCS whose two-layer TBS on those RBs is nearest their total) where a "
-        f"block has MCS 0..{MAX_MCS}, held from the last such subframe elsewhere (the first "
-        f"before it: not-scheduled subframes keep the last channel seen)"
-        + ("; layers = 2 where two C-RNTI blocks, held likewise" if n_antennas == 2 else "")
-        + "; harq_fail = a first-transmission (not recombined) C-RNTI block failed its CRC; "
-        "rsrp_dbm/rsrq_db = 0xB193 values held between measurements; other_rbs: " + other_rule + ".")
+    mapping = mapping + other_rule + "."
+    est = list(path_info["estimated_columns"])
+    if "rsrq_db" in held:
+        est.append("other_rbs" if dci_path is None else "other_rbs (outside the DCI log's span)")
+    path_info = {**path_info, "estimated_columns": est}
     provenance: dict[str, Any] = {
         "generator": "clawbed trace import --from mobileinsight",
         "input_file": path.name,
         "input_sha256": hashlib.sha256(data).hexdigest(),
         "input_bytes": len(data),
         "serving_cell": cell,
-        "bandwidth_rule": "given or the default (--bandwidth-mhz): 0xB173 does not carry it",
-        "records": int(len(sel)), "c_rnti_blocks": all_tbs,
-        "crc_failures": int((user & ~cols.tb_crc_pass[sel]).sum()),
-        "first_transmission_failures": int(first_fail.sum()),
+        "bandwidth_rule": "given or the default (--bandwidth-mhz): the diag log does not carry it",
+        **path_info,
         "other_rbs_estimated": dci_path is None and "rsrq_db" in held,
         "mapping": mapping,
         "coverage": coverage,
@@ -329,3 +385,129 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
                             start_sfn=start_sfn,
                             description=f"imported from diag log {path.name}")
     return make_trace(metadata, **columns)
+
+
+def _channel_mcs_from_snr(snr_db: np.ndarray) -> np.ndarray:
+    return np.clip(np.floor(snr_db + SNR_BELOW_MCS_DB + 0.5), 0, MAX_MCS).astype(np.int64)
+
+
+def _import_from_mac(path: Path, data: bytes, log: DiagLog, cols: PdschColumns, *, bandwidth_mhz: float,
+                     n_rb: int, n_antennas: int, cell: int, dci_path: Path | None, dci_kind: str | None,
+                     infer_v48: bool) -> Trace:
+    """The lossy path (module doc): the UE's blocks from 0xB063, RBs and MCS estimated."""
+    stats = log.stats
+    mac = decode_bytes(data, codes={LTE_MAC_DL_TB})
+    # (clock ms, SFN ms, C-RNTI?, bytes) of every sample of this cell (v2 samples carry no
+    # cell: they are the PCell's).
+    clock = SfnClock()
+    anchors: list[tuple[float, int]] = []
+    placed: list[int] = []
+    sfn_of: list[int] = []
+    user: list[bool] = []
+    size: list[int] = []
+    for p in mac.packets:
+        at = float(_unix_ms(np.array(p.ticks)))
+        for sp in p.message.get("Subpackets", ()):
+            for smp in sp.get("Samples", ()):
+                if smp.get("Cell Id", 0) != cell:
+                    continue
+                sfn_ms = smp["SFN"] % 1024 * 10 + smp["Sub-FN"] % 10
+                before = clock.offset_ms
+                placed.append(clock.place(at, sfn_ms))
+                if clock.offset_ms != before:
+                    anchors.append((at, int(clock.offset_ms)))  # type: ignore[arg-type]
+                sfn_of.append(sfn_ms)
+                user.append(smp["RNTI Type"] == "C-RNTI")
+                size.append(int(smp["DL TBS (bytes)"]))
+    if not any(user):
+        cells = sorted(Counter(cols.cell.tolist()).items())
+        unknown = {**stats.unknown_versions, **mac.stats.unknown_versions}
+        decoded = {**stats.decoded, **mac.stats.decoded}
+        hint = (" (0xB173 v48: --infer-b173-v48 reads it with v36's layout, inferred in "
+                "docs/diag-log-format.md §2.5)" if "0xB173 v48" in unknown and not infer_v48 else "")
+        raise InputError(
+            f"{path}: no 0xB173 record of a known version for serving cell {cell} (records per cell: "
+            f"{dict(cells) or 'none'}) and no C-RNTI 0xB063 sample to fall back on; decoded: "
+            f"{', '.join(f'{k} ×{v}' for k, v in sorted(decoded.items())) or 'nothing'}; unknown versions: "
+            f"{', '.join(f'{k} ×{v}' for k, v in sorted(unknown.items())) or 'none'}{hint}; "
+            f"{len(log.defects)} defects" + (f", first: {log.defects[0]}" if log.defects else ""))
+    t_abs = np.array(placed, dtype=np.int64)
+    sfn_ms = np.array(sfn_of, dtype=np.int64)
+    is_user = np.array(user, dtype=bool)
+    first = int(np.argmin(t_abs))
+    t0 = int(t_abs[first]) - int(sfn_ms[first]) % 10
+    start_sfn = (int(sfn_ms[first]) // 10) % 1024
+    row = t_abs - t0
+    duration = int(row.max()) + 1
+    if duration > MAX_SPAN_MS:
+        raise InputError(f"{path}: samples span {duration / 3.6e6:.1f} h: a timestamp is wrong")
+    bits = np.zeros(duration, dtype=np.int64)
+    np.add.at(bits, row[is_user], np.array(size, dtype=np.int64)[is_user] * 8)
+    record_rows = np.zeros(duration, dtype=bool)
+    record_rows[row] = True
+    scheduled = bits > 0
+
+    # Channel MCS from the measurements' SNR, held.
+    meas_rows, _rsrp, _rsrq, snr = _measurements(log, cell, anchors, t0, duration)
+    snr_v = np.array(snr, dtype=np.float64)
+    have_snr = np.isfinite(snr_v)
+    channel = np.zeros(duration, dtype=np.int64)
+    if have_snr.any():
+        known = np.zeros(duration, dtype=bool)
+        r = np.array(meas_rows, dtype=np.int64)[have_snr]
+        channel[r] = _channel_mcs_from_snr(snr_v[have_snr])
+        known[r] = True
+        channel = carry_forward(channel, known)
+        mcs_rule = (f"estimated: ⌊FTL SNR + {SNR_BELOW_MCS_DB:g} dB + ½⌋ (0..{MAX_MCS}) of the last "
+                    "measurement (the emulator's SNR rule inverted; on the shared Pixel XL log a "
+                    "phone's MCS − SNR has median 3.4 dB, 10–90 % −1.7…9.5 dB), raised where a block "
+                    "does not fit N_rb at it to the lowest MCS at which it does")
+    else:
+        mcs_rule = "estimated: the lowest MCS at which the subframe's block fits N_rb (no SNR in the log), held"
+
+    one = tbs_grid(n_rb, 1)  # (29 MCS, n_rb + 1 RBs)
+    two_grid = tbs_grid(n_rb, 2) if n_antennas == 2 else None
+    own = np.zeros(duration, dtype=np.int64)
+    mcs = channel.copy()
+    layers = np.ones(duration, dtype=np.int64)
+    fixed = np.zeros(duration, dtype=bool)
+    for k in np.flatnonzero(scheduled):
+        b = bits[k]
+        m = int(channel[k]) if have_snr.any() else None
+        n_layers = 1
+        grid = one
+        if grid[MAX_MCS, n_rb] < b and two_grid is not None:
+            n_layers, grid = 2, two_grid
+        if m is None or grid[m, n_rb] < b:
+            fits = np.flatnonzero(grid[:, n_rb] >= b)
+            m = int(fits[0]) if len(fits) else MAX_MCS
+        rbs = np.flatnonzero(grid[m, 1:] >= b)
+        own[k] = int(rbs[0]) + 1 if len(rbs) else n_rb
+        mcs[k] = m
+        layers[k] = n_layers
+        fixed[k] = True
+    if not have_snr.any():
+        mcs = carry_forward(mcs, fixed)
+    columns: dict[str, np.ndarray] = {"mcs": mcs, "own_rbs": own, "own_tbs_bits": np.minimum(bits, 2**24),
+                                      "harq_fail": np.zeros(duration, dtype=np.int64)}
+    if n_antennas == 2:
+        columns["layers"] = layers
+    mapping = (
+        f"LOSSY PATH: the log has no 0xB173 record of a known version for serving cell {cell}, so the UE's "
+        f"transport blocks come from 0xB063 MAC DL Transport Block samples (C-RNTI only). One row per ms from "
+        f"subframe 0 of the first frame with a sample to the last, SFN-exact ({clock.reanchors} re-anchorings). "
+        f"own_tbs_bits = Σ DL TBS (bytes) × 8 (exact: the MAC PDU is the TBS without its CRC); mcs: {mcs_rule}; "
+        f"own_rbs estimated: the fewest RBs carrying the block at that MCS (36.213 TBS); layers = 1, 2 where a "
+        f"block fits N_rb only on two; harq_fail unknown (0: 0xB063 logs the blocks MAC received, not CRC "
+        f"failures); rsrp_dbm/rsrq_db = 0xB193 values held between measurements; other_rbs: ")
+    path_info: dict[str, Any] = {
+        "path": "mac-fallback",
+        "estimated_columns": ["mcs", "own_rbs", "layers", "harq_fail (unknown: 0)"],
+        "mac_samples": int(len(is_user)), "c_rnti_blocks": int(is_user.sum()),
+        "crc_failures": None, "first_transmission_failures": None,
+    }
+    return _finish(path, data, log, columns, record_rows, anchors, t0=t0, start_sfn=start_sfn, duration=duration,
+                   n_rb=n_rb, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas, cell=cell, dci_path=dci_path,
+                   dci_kind=dci_kind, mapping=mapping, path_info=path_info,
+                   coverage_extra={"timing_reanchors": clock.reanchors, "mac_versions": dict(mac.stats.decoded),
+                                   "mac_unknown_versions": dict(mac.stats.unknown_versions)})

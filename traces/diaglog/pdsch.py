@@ -18,10 +18,13 @@ from clawbed.traces.diaglog.messages import B173_HEADER_BYTES, B173_LAYOUTS
 
 #: Highest MCS index of a new transmission; 29..31 signal a retransmission's modulation.
 MAX_NEW_TX_MCS = 28
+#: Layouts no public decoder defines, read only when asked (``infer_v48``): 0xB173 v48 as
+#: v36 (40-byte records, 12-byte TB slots), inferred in ``docs/diag-log-format.md`` §2.5.
+INFERRED_LAYOUTS: dict[int, tuple[int, int, int]] = {48: B173_LAYOUTS[36]}
 
 
 def _record_dtype(version: int) -> np.dtype:
-    rec_bytes, p1, slot = B173_LAYOUTS[version]
+    rec_bytes, p1, slot = B173_LAYOUTS.get(version) or INFERRED_LAYOUTS[version]
     names = ["sf_word", "num_rbs", "num_layers", "num_tbs", "cell_byte"]
     formats: list[str] = ["<u2", "u1", "u1", "u1", "u1"]
     offsets = [0, 2, 3, 4, 5]
@@ -65,7 +68,9 @@ class PdschColumns:
 class PdschCollector:
     """A raw handler for :func:`log.decode_bytes` gathering 0xB173 record bytes by version."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_layouts: dict[int, tuple[int, int, int]] | None = None) -> None:
+        #: version → layout: the known ones and any inferred ones asked for.
+        self._layouts = {**B173_LAYOUTS, **(extra_layouts or {})}
         self._bufs: dict[int, bytearray] = {}
         self._ticks: dict[int, list[tuple[int, int]]] = {}  # version → (ticks, records)
         self._order: list[tuple[int, int]] = []  # (version, records) in file order
@@ -74,7 +79,7 @@ class PdschCollector:
         if not body:
             return Defect(offset, "truncated_packet", "empty body", code)
         version = body[0]
-        layout = B173_LAYOUTS.get(version)
+        layout = self._layouts.get(version)
         if layout is None:
             return Defect(offset, "unknown_version", f"no known layout for 0xB173 version "
                           f"{version}", code, version)

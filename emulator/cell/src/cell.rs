@@ -2,18 +2,18 @@
 //! entities, sharing one cell's resource blocks with the trace's other users.
 
 use crate::conditions::{Capacity, Conditions, FirstTx, SubframeConditions};
-use crate::config::{CellConfig, ConfigError, SchedulerKind, UeConfig};
+use crate::config::{CellConfig, ConfigError, UeConfig};
 use crate::demand::demand_rbs;
 use crate::diag::{
     DiagRecord, MacDlTransportBlock, MacSample, PdcpDlStats, PdschStat, RlcDlStats, ServCellMeasurement, TransportBlock,
 };
-use crate::harq::{CorrelatedLoss, HarqEntity, LossModel, PendingTb, Transmission};
-use crate::queue::{DropTail, QueuePolicy};
+use crate::harq::{HarqEntity, LossModel, PendingTb, Transmission};
+use crate::queue::QueuePolicy;
 use crate::rlc::{Resolved, RlcEntity, TbPayload};
 use crate::rng::Rng;
 use crate::rrc::{Rrc, RrcState};
 use crate::rsrq::{rsrq_db, RsrqMeter, MIN_REPORTED_RSRQ_DB};
-use crate::scheduler::{BackgroundFirst, ProportionalFair, Request, RoundRobin, Scheduler};
+use crate::scheduler::{Request, Scheduler};
 use crate::truth::{TruthRecord, UeTruth};
 use crate::{DropCause, Enqueued, UeId};
 
@@ -30,27 +30,19 @@ const SFN_CYCLE: u64 = 1024;
 /// SNR reported for an MCS: MCS − this, dB (see [`ServCellMeasurement::snr_db`]).
 const SNR_BELOW_MCS_DB: f64 = 6.0;
 
-/// One emulated UE to put in a cell: its configuration and conditions, and optionally a
-/// queue policy other than drop-tail at `config.queue_limit_bytes`.
+/// One emulated UE to put in a cell: its configuration (which names its queue policy,
+/// [`UeConfig::queue`]) and its conditions.
 pub struct UeSetup {
     /// The UE's configuration.
     pub config: UeConfig,
     /// Its channel (and, for UE 0 of a cell without a background source, the other users).
     pub conditions: Box<dyn Conditions + Send>,
-    /// Its BS buffer's admission policy; `None`: [`DropTail`] at `config.queue_limit_bytes`.
-    pub queue_policy: Option<Box<dyn QueuePolicy + Send>>,
 }
 
 impl UeSetup {
-    /// A UE with `config` under `conditions`, with the drop-tail buffer.
+    /// A UE with `config` under `conditions`.
     pub fn new(config: UeConfig, conditions: impl Conditions + Send + 'static) -> UeSetup {
-        UeSetup { config, conditions: Box::new(conditions), queue_policy: None }
-    }
-
-    /// Uses `policy` for the UE's BS buffer instead of drop-tail.
-    pub fn with_queue_policy(mut self, policy: impl QueuePolicy + Send + 'static) -> UeSetup {
-        self.queue_policy = Some(Box::new(policy));
-        self
+        UeSetup { config, conditions: Box::new(conditions) }
     }
 }
 
@@ -201,25 +193,31 @@ impl<H> Cell<H> {
         for (i, setup) in setups.iter().enumerate() {
             check_source(&format!("ues[{i}].conditions"), setup.conditions.as_ref(), n_rb, n_antennas)?;
         }
-        let scheduler: Box<dyn Scheduler + Send> = match config.scheduler {
-            SchedulerKind::ProportionalFair => Box::new(ProportionalFair::default()),
-            SchedulerKind::BackgroundFirst => Box::new(BackgroundFirst::default()),
-            SchedulerKind::RoundRobin => Box::new(RoundRobin::default()),
-        };
-        let loss = Box::new(CorrelatedLoss { bler: config.harq.bler, retx_bler: config.harq.retx_bler });
+        // The policies the configuration names (validated above, so the builds succeed).
+        let scheduler =
+            crate::scheduler::POLICIES.build(&config.scheduler, &config).map_err(|e| e.within("scheduler"))?;
+        let loss = crate::harq::POLICIES.build(&config.loss, &config.harq).map_err(|e| e.within("loss"))?;
+        let policies = setups
+            .iter()
+            .enumerate()
+            .map(|(i, setup)| {
+                crate::queue::POLICIES
+                    .build(&setup.config.queue, &setup.config)
+                    .map_err(|e| e.within("queue").within(&format!("ues[{i}]")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         // Validated 1..=16.
         let rtt_ms = config.harq.rtt_ms as u8;
         let ues: Vec<Ue<H>> = setups
             .into_iter()
+            .zip(policies)
             .enumerate()
-            .map(|(i, setup)| {
+            .map(|(i, (setup, policy))| {
                 let stream = i as u64 * STREAMS_PER_UE;
                 Ue {
                     // i < MAX_UES ≤ u16::MAX.
                     id: UeId(i as u16),
-                    policy: setup
-                        .queue_policy
-                        .unwrap_or_else(|| Box::new(DropTail { limit_bytes: setup.config.queue_limit_bytes })),
+                    policy,
                     config: setup.config,
                     conditions: setup.conditions,
                     rlc: RlcEntity::new(),
@@ -253,16 +251,6 @@ impl<H> Cell<H> {
         })
     }
 
-    /// Replaces the scheduler the configuration chose.
-    pub fn set_scheduler(&mut self, scheduler: impl Scheduler + Send + 'static) {
-        self.scheduler = Box::new(scheduler);
-    }
-
-    /// Replaces the default [`CorrelatedLoss`] model.
-    pub fn set_loss_model(&mut self, loss: impl LossModel + Send + 'static) {
-        self.loss = Box::new(loss);
-    }
-
     /// Resource blocks of the cell, N_rb.
     pub fn n_rb(&self) -> u8 {
         self.n_rb
@@ -276,11 +264,6 @@ impl<H> Cell<H> {
     /// System frame number of subframe 0 (the primary trace's `start_sfn`, else 0).
     pub fn start_sfn(&self) -> u16 {
         self.start_sfn
-    }
-
-    /// Number of UEs (their ids are `UeId(0)..UeId(n)`).
-    pub fn ue_count(&self) -> usize {
-        self.ues.len()
     }
 
     /// Bytes waiting for transmission at UE `ue`'s BS buffer; `None` for an unknown UE.

@@ -377,12 +377,6 @@ impl MahimahiConditions {
         MahimahiConditions::from_timestamps_ms(&timestamps_ms)
     }
 
-    /// Uses `bytes` per opportunity instead of [`MAHIMAHI_OPPORTUNITY_BYTES`].
-    pub fn with_opportunity_bytes(mut self, bytes: u32) -> MahimahiConditions {
-        self.bytes_per_opportunity = bytes;
-        self
-    }
-
     /// Ends after the first period instead of looping.
     pub fn without_loop(mut self) -> MahimahiConditions {
         self.looping = false;

@@ -6,8 +6,10 @@
 //! failing inside the deserialiser with only a line number. Unknown keys are rejected, so a
 //! typo does not silently leave a default in force.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
+
+use crate::policy::PolicyChoice;
 
 /// A configuration value out of range or inconsistent, with the dotted path of the field
 /// (e.g. `harq.max_tx`, `ues[3].queue_limit_bytes`).
@@ -25,7 +27,7 @@ impl ConfigError {
     }
 
     /// The same error for a field one level down, e.g. `max_tx` → `harq.max_tx`.
-    fn within(self, prefix: &str) -> ConfigError {
+    pub(crate) fn within(self, prefix: &str) -> ConfigError {
         ConfigError { field: format!("{prefix}.{}", self.field), problem: self.problem }
     }
 }
@@ -56,25 +58,9 @@ fn check_real(field: &str, value: f64, lo: f64, hi: f64) -> Result<(), ConfigErr
     }
 }
 
-/// Which [`Scheduler`](crate::scheduler::Scheduler) the cell runs; in a config file
-/// `"proportional-fair"`, `"background-first"` or `"round-robin"`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SchedulerKind {
-    /// [`ProportionalFair`](crate::scheduler::ProportionalFair): everyone gets its demand
-    /// when the cell has room, else each backlogged user at least its fair share. Default.
-    #[default]
-    ProportionalFair,
-    /// [`BackgroundFirst`](crate::scheduler::BackgroundFirst): the emulated UEs get only
-    /// what the trace's other users leave.
-    BackgroundFirst,
-    /// [`RoundRobin`](crate::scheduler::RoundRobin): the CLAW paper's multi-user simulator.
-    RoundRobin,
-}
-
 /// HARQ (hybrid ARQ, MAC layer) and the transmission failures it recovers from. See the
 /// crate documentation for how the defaults calibrate the residual loss.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HarqConfig {
     /// Time from a transmission to its retransmission, ms (1..=16). Default 8, LTE FDD's
@@ -115,7 +101,7 @@ impl HarqConfig {
 }
 
 /// RLC acknowledged mode: retransmission of what HARQ gave up on.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RlcConfig {
     /// Delay from HARQ giving up on a transport block to the RLC retransmission of its
@@ -141,7 +127,7 @@ impl RlcConfig {
 }
 
 /// How the UE measures RSRQ from the true allocation (Eq. 6 of `claw-spec.md`).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RsrqConfig {
     /// Standard deviation of the Gaussian measurement noise added to RSRQ, dB (0..=20).
@@ -170,7 +156,7 @@ impl RsrqConfig {
 }
 
 /// The optional RRC idle ↔ connected model (seed: LTE in-depth, SIGCOMM'13).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RrcConfig {
     /// Whether UEs go idle after inactivity and need a promotion. Default false.
@@ -196,7 +182,7 @@ impl RrcConfig {
 }
 
 /// Configuration of the cell as a whole.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CellConfig {
     /// Resource blocks of the cell, N_rb (6, 15, 25, 50, 75 or 100). Default: the primary
@@ -205,8 +191,11 @@ pub struct CellConfig {
     /// Transmit antenna ports (1 or 2), which set N_ref of the RSRQ model. Default: the
     /// primary conditions', else 2.
     pub n_antennas: Option<u32>,
-    /// The scheduler. Default proportional-fair.
-    pub scheduler: SchedulerKind,
+    /// The scheduler: a name from [`crate::scheduler::POLICIES`], or a table with `kind`
+    /// and its parameters. Default proportional-fair.
+    pub scheduler: PolicyChoice,
+    /// The HARQ loss model ([`crate::harq::POLICIES`]). Default correlated.
+    pub loss: PolicyChoice,
     /// Number of active other users assumed when the trace has no `other_users` column and
     /// its other users demand RBs (1..=255). Default 1.
     pub default_other_users: u32,
@@ -225,7 +214,8 @@ impl Default for CellConfig {
         CellConfig {
             n_rb: None,
             n_antennas: None,
-            scheduler: SchedulerKind::default(),
+            scheduler: crate::scheduler::POLICIES.default_choice(),
+            loss: crate::harq::POLICIES.default_choice(),
             default_other_users: 1,
             harq: HarqConfig::default(),
             rlc: RlcConfig::default(),
@@ -250,6 +240,8 @@ impl CellConfig {
             check_int("n_antennas", n_antennas.into(), 1, 2)?;
         }
         check_int("default_other_users", self.default_other_users.into(), 1, 255)?;
+        crate::scheduler::POLICIES.check(&self.scheduler).map_err(|e| e.within("scheduler"))?;
+        crate::harq::POLICIES.check(&self.loss).map_err(|e| e.within("loss"))?;
         self.harq.validate().map_err(|e| e.within("harq"))?;
         self.rlc.validate().map_err(|e| e.within("rlc"))?;
         self.rsrq.validate().map_err(|e| e.within("rsrq"))?;
@@ -258,7 +250,7 @@ impl CellConfig {
 }
 
 /// Configuration of one emulated UE.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UeConfig {
     /// Drop-tail limit of the UE's base-station buffer, bytes waiting for transmission
@@ -267,11 +259,14 @@ pub struct UeConfig {
     pub queue_limit_bytes: u64,
     /// RSRP reported when the UE's conditions carry none, dBm (−140..=−44). Default −90.
     pub rsrp_dbm: f64,
+    /// The admission policy of the UE's base-station buffer ([`crate::queue::POLICIES`]).
+    /// Default drop-tail (at `queue_limit_bytes`).
+    pub queue: PolicyChoice,
 }
 
 impl Default for UeConfig {
     fn default() -> Self {
-        UeConfig { queue_limit_bytes: 3 * 1024 * 1024, rsrp_dbm: -90.0 }
+        UeConfig { queue_limit_bytes: 3 * 1024 * 1024, rsrp_dbm: -90.0, queue: crate::queue::POLICIES.default_choice() }
     }
 }
 
@@ -279,7 +274,8 @@ impl UeConfig {
     /// Checks every field; the error names the first one out of range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_int("queue_limit_bytes", self.queue_limit_bytes, 1, 1 << 30)?;
-        check_real("rsrp_dbm", self.rsrp_dbm, -140.0, -44.0)
+        check_real("rsrp_dbm", self.rsrp_dbm, -140.0, -44.0)?;
+        crate::queue::POLICIES.check(&self.queue).map(drop).map_err(|e| e.within("queue"))
     }
 
     /// [`UeConfig::validate`] for UE number `index`, the error naming `ues[index].field`.

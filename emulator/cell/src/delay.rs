@@ -1,4 +1,6 @@
-//! Delay lines and the one-way core network delay.
+//! Delay lines and the one-way core network delay: pure logic in emulated time (ns), which
+//! the data plane's cell thread drives (the delay trace file is read by the data plane and
+//! parsed here, [`CoreDelay::parse_steps`]).
 //!
 //! A [`DelayLine`] is a FIFO whose items carry a due time. Due times are kept
 //! non-decreasing: when the delay shrinks, a packet waits for the one ahead of it, as in a
@@ -6,11 +8,33 @@
 //! the next item due, so no heap or timer wheel is needed.
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::fmt;
 use std::sync::Arc;
 
-use crate::clock::{Nanos, NANOS_PER_MS};
-use crate::error::{Error, Result};
+/// A time or duration of the emulated clock, ns (signed, so that differences are plain).
+pub type Nanos = i64;
+/// Nanoseconds per millisecond.
+pub const NANOS_PER_MS: Nanos = 1_000_000;
+
+/// A defect of a delay trace, with the line it is on (1-based; 0: the file as a whole).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepsError {
+    /// The line, from 1; 0 when the defect is the whole file's.
+    pub line: usize,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for StepsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            0 => write!(f, "{}", self.problem),
+            n => write!(f, "line {n}: {}", self.problem),
+        }
+    }
+}
+
+impl std::error::Error for StepsError {}
 
 /// A FIFO of items released at their due times (ns, emulated time).
 #[derive(Debug)]
@@ -107,23 +131,22 @@ impl CoreDelay {
             CoreDelay::PerSubframe { delay_ms, offset_ms, looping } => {
                 let n = delay_ms.len() as u64;
                 let row = t_ms.saturating_add_signed(trace_shift_ms).saturating_add(*offset_ms);
-                let i = if *looping { row % n } else { row.min(n - 1) };
-                ms_to_ns(f64::from(delay_ms[i as usize]))
+                // An empty series (never built from a trace, which has rows) means no delay.
+                let i = if *looping { row.checked_rem(n).unwrap_or(0) } else { row.min(n.saturating_sub(1)) };
+                delay_ms.get(i as usize).map_or(0, |&d| ms_to_ns(f64::from(d)))
             }
             CoreDelay::Steps(steps) => {
                 let i = steps.partition_point(|&(from_ms, _)| from_ms <= t_ms);
-                steps[i.saturating_sub(1)].1
+                steps.get(i.saturating_sub(1)).map_or(0, |&(_, d)| d)
             }
         }
     }
 
-    /// Reads a delay trace file: CSV with the header `t_ms,core_delay_ms` and one row per
-    /// change, `t_ms` strictly increasing; lines starting with `#` are comments. Errors name
-    /// the file and line.
-    pub fn read_steps(path: &Path) -> Result<CoreDelay> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Trace(format!("{}: reading the delay trace: {e}", path.display())))?;
-        let err = |line: usize, msg: String| Error::Trace(format!("{}: line {line}: {msg}", path.display()));
+    /// Parses a delay trace: CSV with the header `t_ms,core_delay_ms` and one row per
+    /// change, `t_ms` strictly increasing, delays 0..=10000 ms; lines starting with `#` are
+    /// comments. The error names the line.
+    pub fn parse_steps(text: &str) -> Result<CoreDelay, StepsError> {
+        let err = |line: usize, problem: String| StepsError { line, problem };
         let mut lines = text
             .lines()
             .enumerate()
@@ -134,7 +157,7 @@ impl CoreDelay {
             Some((n, other)) => {
                 return Err(err(n, format!("expected the header `t_ms,core_delay_ms`, found `{other}`")))
             }
-            None => return Err(Error::Trace(format!("{}: empty delay trace", path.display()))),
+            None => return Err(err(0, "empty delay trace".into())),
         }
         let mut steps: Vec<(u64, Nanos)> = Vec::new();
         for (n, line) in lines {
@@ -152,7 +175,7 @@ impl CoreDelay {
             steps.push((t_ms, ms_to_ns(delay_ms)));
         }
         if steps.is_empty() {
-            return Err(Error::Trace(format!("{}: the delay trace has no rows", path.display())));
+            return Err(err(0, "the delay trace has no rows".into()));
         }
         Ok(CoreDelay::Steps(steps.into()))
     }
@@ -196,17 +219,13 @@ mod tests {
     }
 
     #[test]
-    fn steps_from_file() {
-        let dir = std::env::temp_dir().join(format!("cbdp-delay-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("delay.csv");
-        std::fs::write(&path, "# a comment\nt_ms,core_delay_ms\n0,20\n1000,35.5\n").expect("write");
-        let delay = CoreDelay::read_steps(&path).expect("valid file");
+    fn steps_from_text() {
+        let delay = CoreDelay::parse_steps("# a comment\nt_ms,core_delay_ms\n0,20\n1000,35.5\n").expect("valid");
         assert_eq!(delay.at(999 * NANOS_PER_MS, 0), 20 * NANOS_PER_MS);
         assert_eq!(delay.at(5000 * NANOS_PER_MS, 0), 35_500_000);
-        std::fs::write(&path, "t_ms,core_delay_ms\n0,20\n0,30\n").expect("write");
-        let msg = CoreDelay::read_steps(&path).expect_err("repeat").to_string();
+        let msg = CoreDelay::parse_steps("t_ms,core_delay_ms\n0,20\n0,30\n").expect_err("repeat").to_string();
         assert!(msg.contains("line 3") && msg.contains("does not increase"), "{msg}");
-        std::fs::remove_dir_all(&dir).expect("cleanup");
+        assert!(CoreDelay::parse_steps("").is_err());
+        assert!(CoreDelay::parse_steps("t_ms,core_delay_ms\n").is_err());
     }
 }

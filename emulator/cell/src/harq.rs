@@ -13,6 +13,8 @@
 //! redundancy version cycles 0, 2, 3, 1.
 
 use crate::conditions::FirstTx;
+use crate::config::HarqConfig;
+use crate::policy::{Param, ParamDefault, ParamType, Policy, Registry};
 use crate::rlc::TbPayload;
 
 /// Which transmission of a transport block is being drawn.
@@ -62,6 +64,51 @@ impl LossModel for CorrelatedLoss {
         }
     }
 }
+
+/// Every transmission fails with the same probability, first transmissions and
+/// retransmissions alike, whatever the trace's `harq_fail` and `bler` columns say: a
+/// channel without memory (0: no HARQ failure at all, every RB decision the scheduler's).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FixedLoss {
+    /// Failure probability of every transmission, 0..=1.
+    pub probability: f64,
+}
+
+impl LossModel for FixedLoss {
+    fn failure_probability(&self, _: Transmission, _: FirstTx) -> f64 {
+        self.probability
+    }
+}
+
+/// Every loss model, by name: the `cell.loss` choice (`crate::policy`). A new model is a
+/// type implementing [`LossModel`] plus one entry here; the constructor sees the HARQ
+/// configuration.
+pub static POLICIES: Registry<dyn LossModel + Send, HarqConfig> = Registry {
+    category: "loss",
+    config_key: "cell.loss",
+    default: "correlated",
+    summary: "the probability that a transport block's transmission fails its CRC",
+    policies: &[
+        Policy {
+            name: "correlated",
+            summary: "first transmissions as the trace says (harq_fail, else bler), else at harq.bler; every \
+                      transmission after a failure at harq.retx_bler (the residual-loss calibration)",
+            params: &[],
+            build: |_, harq| Box::new(CorrelatedLoss { bler: harq.bler, retx_bler: harq.retx_bler }),
+        },
+        Policy {
+            name: "fixed",
+            summary: "every transmission fails with `probability`, whatever the trace says",
+            params: &[Param {
+                name: "probability",
+                kind: ParamType::Real { min: 0.0, max: 1.0 },
+                default: ParamDefault::Real(0.0),
+                doc: "failure probability of every transmission",
+            }],
+            build: |params, _| Box::new(FixedLoss { probability: params.real("probability") }),
+        },
+    ],
+};
 
 /// Redundancy versions of successive transmissions (36.321 §5.3.2.2 order).
 const RV_SEQUENCE: [u8; 4] = [0, 2, 3, 1];

@@ -64,13 +64,31 @@
 //! `run_subframe` allocates nothing once the output's vectors and the queues have grown:
 //! packets sit in per-UE `VecDeque`s, transport blocks are byte ranges in fixed arrays.
 //! `examples/cell_speed.rs` times it for 1 and 45 saturated UEs.
+//!
+//! # Policies
+//!
+//! The scheduler ([`scheduler`]), each UE's queue policy ([`queue`]) and the HARQ loss
+//! model ([`harq`]) are chosen by name in the configuration ([`CellConfig::scheduler`],
+//! [`CellConfig::loss`], [`UeConfig::queue`]); each module lists its policies in its
+//! `POLICIES` registry, next to the types ([`policy`] has the machinery and the
+//! catalogue the binary prints).
+//!
+//! # Outside the cell
+//!
+//! The uplink MAC ([`uplink`]: SR period, grant delay, uplink capacity) and the core delay
+//! with its FIFO delay lines ([`delay`]) are pure logic too; the data plane drives them from
+//! its cell thread, in emulated nanoseconds.
+
+#![forbid(unsafe_code)]
 
 pub mod cell;
 pub mod conditions;
 pub mod config;
+pub mod delay;
 pub mod demand;
 pub mod diag;
 pub mod harq;
+pub mod policy;
 pub mod queue;
 mod rlc;
 mod rng;
@@ -78,14 +96,16 @@ pub mod rrc;
 pub mod rsrq;
 pub mod scheduler;
 pub mod truth;
+pub mod uplink;
 
 pub use crate::cell::{Cell, SubframeOutput, UeSetup};
 pub use crate::conditions::{
     Capacity, ConditionTrace, Conditions, ConditionsError, ConstantRate, MahimahiConditions, SubframeConditions,
     TraceColumns, TraceConditions,
 };
-pub use crate::config::{CellConfig, ConfigError, SchedulerKind, UeConfig};
+pub use crate::config::{CellConfig, ConfigError, UeConfig};
 pub use crate::diag::DiagRecord;
+pub use crate::policy::PolicyChoice;
 pub use crate::rrc::RrcState;
 pub use crate::scheduler::Scheduler;
 pub use crate::truth::{TruthRecord, UeTruth};

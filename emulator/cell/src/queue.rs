@@ -9,6 +9,9 @@
 
 use std::collections::VecDeque;
 
+use crate::config::UeConfig;
+use crate::policy::{Policy, Registry};
+
 /// Decides whether an arriving packet joins a UE's base-station buffer.
 pub trait QueuePolicy {
     /// Whether a packet of `len_bytes` may join a buffer where `waiting_bytes` bytes wait
@@ -28,6 +31,22 @@ impl QueuePolicy for DropTail {
         waiting_bytes.saturating_add(u64::from(len_bytes)) <= self.limit_bytes
     }
 }
+
+/// Every queue policy, by name: each UE's `cell.queue` choice (`crate::policy`). A new
+/// policy is a type implementing [`QueuePolicy`] plus one entry here; the constructor sees
+/// the UE's configuration (`queue_limit_bytes`).
+pub static POLICIES: Registry<dyn QueuePolicy + Send, UeConfig> = Registry {
+    category: "queue",
+    config_key: "ues[i].cell.queue",
+    default: "drop-tail",
+    summary: "which downlink packets a UE's base-station buffer admits",
+    policies: &[Policy {
+        name: "drop-tail",
+        summary: "admit a packet while the bytes waiting for transmission stay within the UE's queue_limit_bytes",
+        params: &[],
+        build: |_, ue| Box::new(DropTail { limit_bytes: ue.queue_limit_bytes }),
+    }],
+};
 
 /// One packet (an RLC SDU) in the buffer.
 #[derive(Debug)]

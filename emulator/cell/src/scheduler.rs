@@ -5,6 +5,9 @@
 //! UE's demand D_k in RBs at its own MCS. It grants each UE at most its demand and returns
 //! how many RBs the other users get. Every policy is deterministic.
 
+use crate::config::CellConfig;
+use crate::policy::{Policy, Registry};
+
 /// One subframe's scheduling request.
 #[derive(Clone, Copy, Debug)]
 pub struct Request<'a> {
@@ -25,6 +28,36 @@ pub trait Scheduler {
     /// is at most `request.free_rbs`.
     fn allocate(&mut self, request: &Request<'_>, grants_rbs: &mut [u8]) -> u8;
 }
+
+/// Every scheduler, by name: the `cell.scheduler` choice (`crate::policy`). A new
+/// scheduler is a type implementing [`Scheduler`] plus one entry here.
+pub static POLICIES: Registry<dyn Scheduler + Send, CellConfig> = Registry {
+    category: "scheduler",
+    config_key: "cell.scheduler",
+    default: "proportional-fair",
+    summary: "who gets each subframe's free resource blocks: the emulated UEs and the trace's other users",
+    policies: &[
+        Policy {
+            name: "proportional-fair",
+            summary: "everyone gets its demand when the cell has room, else max-min fair shares (the other \
+                      users counting as `other_users` users)",
+            params: &[],
+            build: |_, _| Box::new(ProportionalFair::default()),
+        },
+        Policy {
+            name: "background-first",
+            summary: "the trace's other users get their whole demand; the emulated UEs share what they leave",
+            params: &[],
+            build: |_, _| Box::new(BackgroundFirst::default()),
+        },
+        Policy {
+            name: "round-robin",
+            summary: "the CLAW paper's simulator: users take turns, each granted its whole demand",
+            params: &[],
+            build: |_, _| Box::new(RoundRobin::default()),
+        },
+    ],
+};
 
 /// A party competing for RBs: an emulated UE, or the other users as one weighted group.
 #[derive(Clone, Copy, Debug)]

@@ -1,4 +1,5 @@
-//! The uplink of one UE: scheduling request, grant, and the uplink capacity per subframe.
+//! The uplink MAC of one UE: scheduling request, grant, and the uplink capacity per
+//! subframe. Pure logic in emulated time; the data plane's cell thread drives it.
 //!
 //! A UE with nothing to send has no grant. When a packet arrives at an empty uplink buffer
 //! the UE waits for its next scheduling-request (SR) opportunity (every `sr_period`), and
@@ -10,9 +11,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use cell::{Capacity, Conditions};
-
-use crate::clock::{Nanos, NANOS_PER_MS};
+use crate::conditions::{Capacity, Conditions, MahimahiConditions};
+use crate::delay::{Nanos, NANOS_PER_MS};
 
 /// Uplink capacity per subframe.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub enum UplinkCapacity {
         offset_ms: u64,
     },
     /// A Mahimahi uplink trace (open-loop byte budget per subframe).
-    Mahimahi(cell::MahimahiConditions),
+    Mahimahi(MahimahiConditions),
     /// A constant rate, bits per second.
     Rate(u64),
 }
@@ -39,7 +39,10 @@ impl UplinkCapacity {
         match self {
             UplinkCapacity::Unlimited => None,
             UplinkCapacity::PerSubframe { bits, offset_ms } => {
-                Some(u64::from(bits[(t_ms.saturating_add(*offset_ms) % bits.len() as u64) as usize]))
+                // An empty series carries nothing (a trace always has rows; the enum is public).
+                let n = bits.len() as u64;
+                let row = t_ms.saturating_add(*offset_ms).checked_rem(n)?;
+                Some(bits.get(row as usize).map_or(0, |&b| u64::from(b)))
             }
             // After a trace that does not loop has ended, nothing more is carried.
             UplinkCapacity::Mahimahi(trace) => Some(match trace.at(t_ms).map(|c| c.capacity) {
@@ -48,7 +51,12 @@ impl UplinkCapacity {
             }),
             // Integer arithmetic without drift: the bits of subframe k are the increase of
             // floor(rate × t) over that millisecond.
-            UplinkCapacity::Rate(bps) => Some((bps * (t_ms + 1)) / 1000 - (bps * t_ms) / 1000),
+            // floor(rate × t) is computed in 128 bits: a 1 Tbit/s rate would overflow 64 bits
+            // after five hours.
+            UplinkCapacity::Rate(bps) => {
+                let floor_bits = |t: u64| u128::from(*bps) * u128::from(t) / 1000;
+                Some(u64::try_from(floor_bits(t_ms.saturating_add(1)) - floor_bits(t_ms)).unwrap_or(u64::MAX))
+            }
         }
     }
 }
@@ -200,7 +208,7 @@ mod tests {
 
     #[test]
     fn mahimahi_uplink_gives_1500_bytes_per_opportunity() {
-        let trace = cell::MahimahiConditions::parse("1\n1\n3\n").expect("valid");
+        let trace = MahimahiConditions::parse("1\n1\n3\n").expect("valid");
         let cap = UplinkCapacity::Mahimahi(trace);
         assert_eq!((0..4).map(|t| cap.bits(t)).collect::<Vec<_>>(), [Some(0), Some(24_000), Some(0), Some(12_000)]);
     }

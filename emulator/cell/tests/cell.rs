@@ -4,13 +4,13 @@ mod common;
 
 use cell::conditions::{Conditions, MAHIMAHI_OPPORTUNITY_BYTES};
 use cell::{
-    Cell, CellConfig, ConstantRate, DropCause, Enqueued, MahimahiConditions, RrcState, SchedulerKind, SubframeOutput,
+    Cell, CellConfig, ConstantRate, DropCause, Enqueued, MahimahiConditions, PolicyChoice, RrcState, SubframeOutput,
     UeConfig, UeId, UeSetup,
 };
 use common::*;
 
-fn config(scheduler: SchedulerKind) -> CellConfig {
-    lossless(CellConfig { scheduler, ..CellConfig::default() })
+fn config(scheduler: &str) -> CellConfig {
+    lossless(CellConfig { scheduler: PolicyChoice::named(scheduler), ..CellConfig::default() })
 }
 
 fn one_ue(config: CellConfig, conditions: impl Conditions + Send + 'static) -> Cell<Handle> {
@@ -20,7 +20,7 @@ fn one_ue(config: CellConfig, conditions: impl Conditions + Send + 'static) -> C
 #[test]
 fn open_loop_background_first_delivers_exactly_the_tbs() {
     // Background-first over a constant trace: the UE always gets 50 − 20 = 30 RBs.
-    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), conditions(constant_columns(1000, 20, 20)));
+    let mut cell = one_ue(config("background-first"), conditions(constant_columns(1000, 20, 20)));
     let tbs_bytes = u64::from(lte::tbs::tbs_bits(20, 30, 1).unwrap() / 8);
     // 1000-byte packets do not divide the TBS, so packets straddle transport blocks.
     assert_ne!(tbs_bytes % 1000, 0);
@@ -53,7 +53,7 @@ fn background_first_saturated_gets_what_the_others_leave() {
     let mut columns = constant_columns(500, 15, 0);
     columns.other_rbs = (0..500).map(|t| ((t * 7) % 51) as u8).collect();
     let expected: Vec<u8> = columns.other_rbs.iter().map(|b| 50 - b).collect();
-    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), conditions(columns));
+    let mut cell = one_ue(config("background-first"), conditions(columns));
     let mut saturator = Saturator::new(1, 1500, 500_000);
     let mut t = 0;
     run(&mut cell, &mut saturator, 0, 500, |out| {
@@ -66,7 +66,7 @@ fn background_first_saturated_gets_what_the_others_leave() {
 
 #[test]
 fn proportional_fair_saturated_against_one_other_user_gets_half() {
-    let mut cell = one_ue(config(SchedulerKind::ProportionalFair), conditions(constant_columns(100, 20, 50)));
+    let mut cell = one_ue(config("proportional-fair"), conditions(constant_columns(100, 20, 50)));
     let mut saturator = Saturator::new(1, 1500, 500_000);
     run(&mut cell, &mut saturator, 0, 100, |out| {
         assert_eq!(out.truth.ues[0].alloc_rbs, 25);
@@ -80,7 +80,7 @@ fn proportional_fair_saturated_against_one_other_user_gets_half() {
 fn proportional_fair_counts_the_traces_other_users() {
     let mut columns = constant_columns(100, 20, 50);
     columns.other_users = Some(vec![4; 100]);
-    let mut cell = one_ue(config(SchedulerKind::ProportionalFair), conditions(columns));
+    let mut cell = one_ue(config("proportional-fair"), conditions(columns));
     let mut saturator = Saturator::new(1, 1500, 500_000);
     run(&mut cell, &mut saturator, 0, 100, |out| assert_eq!(out.truth.ues[0].alloc_rbs, 10));
 }
@@ -89,7 +89,7 @@ fn proportional_fair_counts_the_traces_other_users() {
 fn round_robin_is_fair_among_equal_backlogged_ues() {
     let n = 45;
     let ues = (0..n).map(|_| UeSetup::new(UeConfig::default(), conditions(constant_columns(100, 20, 0)))).collect();
-    let mut cell = Cell::new(config(SchedulerKind::RoundRobin), ues, 1).unwrap();
+    let mut cell = Cell::new(config("round-robin"), ues, 1).unwrap();
     let mut saturator = Saturator::new(n, 1500, 100_000);
     let mut bytes = vec![0f64; n];
     run(&mut cell, &mut saturator, 0, 4500, |out| {
@@ -104,7 +104,7 @@ fn round_robin_is_fair_among_equal_backlogged_ues() {
 
 #[test]
 fn demand_is_the_fewest_rbs_carrying_the_queue() {
-    let mut cell = one_ue(config(SchedulerKind::ProportionalFair), conditions(constant_columns(100, 12, 0)));
+    let mut cell = one_ue(config("proportional-fair"), conditions(constant_columns(100, 12, 0)));
     let mut out = SubframeOutput::new();
     for (t, bytes) in [700u32, 1, 1200, 123].into_iter().enumerate() {
         assert_eq!(cell.enqueue(UeId(0), bytes, (0, t as u64)), Enqueued::Queued);
@@ -123,7 +123,7 @@ fn demand_is_the_fewest_rbs_carrying_the_queue() {
 fn a_packet_is_delivered_in_the_subframe_of_its_last_byte() {
     // 6 RBs at MCS 9 carry a few hundred bytes per subframe; packets of 1000 bytes take
     // several subframes each.
-    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), conditions(constant_columns(100, 9, 44)));
+    let mut cell = one_ue(config("background-first"), conditions(constant_columns(100, 9, 44)));
     let tbs_bytes = u64::from(lte::tbs::tbs_bits(9, 6, 1).unwrap() / 8);
     for seq in 0..10 {
         cell.enqueue(UeId(0), 1000, (0, seq));
@@ -149,7 +149,7 @@ fn harq_failure_is_retransmitted_8_ms_later_on_reserved_rbs() {
     fail[5] = 1;
     columns.harq_fail = Some(fail);
     // Proportional fair, other users wanting 10: uncontended for a small queue.
-    let mut cell = one_ue(config(SchedulerKind::ProportionalFair), conditions(columns));
+    let mut cell = one_ue(config("proportional-fair"), conditions(columns));
     let mut out = SubframeOutput::new();
     let mut at_5 = None;
     for t in 0..30u64 {
@@ -187,7 +187,7 @@ fn harq_failure_is_retransmitted_8_ms_later_on_reserved_rbs() {
 
 #[test]
 fn rlc_loss_is_counted_alike_in_diag_and_truth() {
-    let mut config = config(SchedulerKind::ProportionalFair);
+    let mut config = config("proportional-fair");
     config.harq.bler = 0.3;
     config.harq.retx_bler = 0.9;
     config.harq.max_tx = 2;
@@ -214,12 +214,9 @@ fn rlc_loss_is_counted_alike_in_diag_and_truth() {
 #[test]
 fn overflow_is_counted_alike_in_diag_and_truth() {
     let ue = UeConfig { queue_limit_bytes: 10_000, ..UeConfig::default() };
-    let mut cell: Cell<Handle> = Cell::new(
-        config(SchedulerKind::ProportionalFair),
-        vec![UeSetup::new(ue, conditions(constant_columns(10, 5, 0)))],
-        1,
-    )
-    .unwrap();
+    let mut cell: Cell<Handle> =
+        Cell::new(config("proportional-fair"), vec![UeSetup::new(ue, conditions(constant_columns(10, 5, 0)))], 1)
+            .unwrap();
     let mut dropped = 0;
     for seq in 0..20 {
         match cell.enqueue(UeId(0), 1500, (0, seq)) {
@@ -250,7 +247,7 @@ fn overflow_is_counted_alike_in_diag_and_truth() {
 #[test]
 fn rsrq_without_noise_is_eq6_of_the_true_allocation() {
     for (quant_db, antennas) in [(0.0, 2u8), (0.0, 1), (0.0625, 2)] {
-        let mut config = config(SchedulerKind::ProportionalFair);
+        let mut config = config("proportional-fair");
         config.rsrq.quant_db = quant_db;
         let mut columns = constant_columns(300, 18, 0);
         columns.n_antennas = antennas;
@@ -377,7 +374,7 @@ fn constant_rate_link() {
 
 #[test]
 fn rrc_promotion_holds_the_first_packet() {
-    let mut config = config(SchedulerKind::ProportionalFair);
+    let mut config = config("proportional-fair");
     config.rrc.enabled = true;
     config.rrc.tail_ms = 1000;
     let mut cell = one_ue(config, conditions(constant_columns(100, 20, 0)));
@@ -428,7 +425,23 @@ fn config_errors_name_the_field() {
     let typo = serde_json::from_str::<CellConfig>(r#"{"harq": {"max_txs": 3}}"#).unwrap_err();
     assert!(typo.to_string().contains("max_txs"));
     let parsed = from_json(r#"{"scheduler": "round-robin", "harq": {"max_tx": 2}}"#);
-    assert_eq!((parsed.scheduler, parsed.harq.max_tx, parsed.harq.rtt_ms), (SchedulerKind::RoundRobin, 2, 8));
+    assert_eq!((parsed.scheduler.kind.as_str(), parsed.harq.max_tx, parsed.harq.rtt_ms), ("round-robin", 2, 8));
+    // A policy as a table with its parameters; an unknown policy or parameter names its key.
+    let parsed =
+        from_json(r#"{"scheduler": {"kind": "background-first"}, "loss": {"kind": "fixed", "probability": 0.5}}"#);
+    assert_eq!(parsed.scheduler, PolicyChoice::named("background-first"));
+    assert_eq!(parsed.loss, PolicyChoice::parse("fixed,probability=0.5").unwrap());
+    for (json, field) in [
+        (r#"{"scheduler": "fifo"}"#, "scheduler.kind"),
+        (r#"{"loss": {"kind": "fixed", "probability": 3}}"#, "loss.probability"),
+        (r#"{"loss": {"kind": "correlated", "bler": 0.1}}"#, "loss.bler"),
+    ] {
+        assert_eq!(from_json(json).validate().unwrap_err().field, field, "{json}");
+    }
+    let bad_queue = UeConfig { queue: PolicyChoice::named("red"), ..UeConfig::default() };
+    let ue_setup = UeSetup::new(bad_queue, conditions(constant_columns(10, 5, 0)));
+    let error = Cell::<Handle>::new(CellConfig::default(), vec![ue_setup], 1).err().unwrap();
+    assert_eq!(error.field, "ues[0].queue.kind");
 
     // Through Cell::new: UE fields, the UE list, and traces that disagree with the cell.
     let ue = |config: UeConfig| UeSetup::new(config, conditions(constant_columns(10, 5, 0)));
@@ -456,8 +469,7 @@ fn background_trace_drives_the_other_users() {
     // UE 0's own trace says the cell is empty; the background says 40 RBs are wanted.
     let background = conditions(constant_columns(100, 0, 40));
     let ues = vec![UeSetup::new(UeConfig::default(), conditions(constant_columns(100, 20, 0)))];
-    let mut cell: Cell<Handle> =
-        Cell::with_background(config(SchedulerKind::BackgroundFirst), background, ues, 1).unwrap();
+    let mut cell: Cell<Handle> = Cell::with_background(config("background-first"), background, ues, 1).unwrap();
     let mut saturator = Saturator::new(1, 1500, 100_000);
     run(&mut cell, &mut saturator, 0, 10, |out| {
         assert_eq!(out.truth.other_demand_rbs, 40);
@@ -467,7 +479,7 @@ fn background_trace_drives_the_other_users() {
 
 #[test]
 fn diag_json_uses_mobileinsight_names() {
-    let mut cell = one_ue(config(SchedulerKind::ProportionalFair), conditions(constant_columns(100, 20, 10)));
+    let mut cell = one_ue(config("proportional-fair"), conditions(constant_columns(100, 20, 10)));
     let mut out = SubframeOutput::new();
     cell.enqueue(UeId(0), 1000, (0, 0));
     cell.run_subframe(123, &mut out);
@@ -521,7 +533,7 @@ fn seek_trace_replays_a_stretch_of_the_trace_while_time_runs_on() {
     // Other users' demand = the row number (mod 50): what the truth shows is the row played.
     let mut columns = constant_columns(100, 20, 0);
     columns.other_rbs = (0..100).map(|row| (row % 50) as u8).collect();
-    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), conditions(columns.clone()));
+    let mut cell = one_ue(config("background-first"), conditions(columns.clone()));
     let mut rows = Vec::new();
     let mut saturator = Saturator::new(1, 1500, 100_000);
     run(&mut cell, &mut saturator, 0, 30, |out| rows.push(out.truth.other_demand_rbs));
@@ -537,8 +549,35 @@ fn seek_trace_replays_a_stretch_of_the_trace_while_time_runs_on() {
 
     // A trace that does not loop ends by trace time: a seek moves the run's end.
     let once = conditions(columns).without_loop();
-    let mut cell = one_ue(config(SchedulerKind::BackgroundFirst), once);
+    let mut cell = one_ue(config("background-first"), once);
     assert_eq!(cell.end_ms(), Some(100));
     cell.seek_trace(30, 90);
     assert_eq!(cell.end_ms(), Some(40));
+}
+
+#[test]
+fn the_configured_loss_model_decides_every_transmission() {
+    // `fixed` at 1: every transmission fails, so nothing is delivered and RLC gives up.
+    let mut failing = config("proportional-fair");
+    failing.loss = PolicyChoice::parse("fixed,probability=1").unwrap();
+    let mut cell = one_ue(failing, conditions(constant_columns(200, 12, 0)));
+    let mut out = SubframeOutput::new();
+    let (mut delivered, mut lost) = (0, 0);
+    assert_eq!(cell.enqueue(UeId(0), 500, (0, 0)), Enqueued::Queued);
+    for t in 0..200 {
+        cell.run_subframe(t, &mut out);
+        delivered += out.delivered.len();
+        lost += out.lost.len();
+        assert!(out.truth.ues[0].crc_pass != Some(true));
+    }
+    assert_eq!((delivered, lost), (0, 1));
+    // `fixed` at 0 overrides a trace whose every first transmission fails.
+    let mut clean = config("proportional-fair");
+    clean.loss = PolicyChoice::named("fixed");
+    let mut columns = constant_columns(100, 12, 0);
+    columns.harq_fail = Some(vec![1; 100]);
+    let mut cell = one_ue(clean, conditions(columns));
+    assert_eq!(cell.enqueue(UeId(0), 500, (0, 0)), Enqueued::Queued);
+    cell.run_subframe(0, &mut out);
+    assert_eq!(out.delivered, [(UeId(0), (0, 0))]);
 }

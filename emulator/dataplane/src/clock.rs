@@ -10,11 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use crate::error::check_os;
 
-/// Nanoseconds, on the monotonic clock or relative to the emulator's time zero.
-pub type Nanos = i64;
-
-/// Nanoseconds per millisecond (one LTE subframe).
-pub const NANOS_PER_MS: Nanos = 1_000_000;
+/// Nanoseconds (on the monotonic clock or relative to the emulator's time zero) and
+/// nanoseconds per millisecond (one LTE subframe): the cell crate's, whose uplink and
+/// delay models run in the same time.
+pub use cell::delay::{Nanos, NANOS_PER_MS};
 
 /// Nanoseconds per microsecond.
 pub const NANOS_PER_US: Nanos = 1_000;

@@ -8,13 +8,14 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+use cell::PolicyChoice;
 use clap::Parser;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Nanos;
-use crate::delay::ms_to_ns;
 use crate::error::{Error, Result};
 use crate::tun::{Ipv4Prefix, MAX_IFNAME_BYTES};
+use cell::delay::ms_to_ns;
 
 /// CPU numbers an affinity list may hold (glibc's `CPU_SETSIZE`).
 pub const MAX_CPUS: usize = 1024;
@@ -161,11 +162,14 @@ pub struct DiagFile {
     /// Default true; a big cell may turn it off, and then the feed costs nothing while no
     /// subscriber is connected.
     pub file: bool,
+    /// The same feed as diag log packets (`.mi2log` file, TCP port, pty): see
+    /// `../DIAG_FEED.md`.
+    pub mi2log: crate::diag::mi2log::Mi2logConfig,
 }
 
 impl Default for DiagFile {
     fn default() -> DiagFile {
-        DiagFile { stats_period_ms: 1, file: true }
+        DiagFile { stats_period_ms: 1, file: true, mi2log: Default::default() }
     }
 }
 
@@ -290,9 +294,21 @@ pub struct Cli {
     /// Seed of the cell model.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Scheduler: proportional-fair, background-first or round-robin.
+    /// Scheduler (the cell's `scheduler` policy; `--list-policies` lists them).
     #[arg(long, value_name = "NAME")]
     pub scheduler: Option<String>,
+    /// A cell policy with its parameters, CATEGORY=KIND[,PARAM=VALUE...], e.g.
+    /// `loss=fixed,probability=0.01`, `scheduler=round-robin`, `queue=drop-tail` (every UE).
+    /// May be repeated; `--list-policies` lists the categories, policies and parameters.
+    #[arg(long, value_name = "CATEGORY=KIND[,PARAM=VALUE...]")]
+    pub policy: Vec<String>,
+    /// List the cell's policies (schedulers, queue policies, loss models) with their
+    /// parameters, and exit.
+    #[arg(long)]
+    pub list_policies: bool,
+    /// With --list-policies: print the list as JSON (what `emulator/policies.json` holds).
+    #[arg(long, requires = "list_policies")]
+    pub json: bool,
     /// Base-station queue limit of every UE, bytes.
     #[arg(long, value_name = "BYTES")]
     pub queue_bytes: Option<u64>,
@@ -458,7 +474,6 @@ pub struct UeSpec {
     /// Diag port (0: any).
     pub diag_port: u16,
     /// Cell parameters of the UE.
-    #[serde(skip)]
     pub cell: cell::UeConfig,
 }
 
@@ -517,12 +532,20 @@ pub struct Config {
     pub diag_stats_period_ms: u32,
     /// Whether the diag files are written.
     pub diag_file: bool,
-    /// The cell model's parameters.
-    #[serde(skip)]
+    /// The mi2log feed's settings.
+    pub diag_mi2log: crate::diag::mi2log::Mi2logConfig,
+    /// The cell model's parameters (policies included).
     pub cell: cell::CellConfig,
 }
 
 impl Config {
+    /// Parses and validates a config file's text (JSON if `is_json`, else TOML) with no
+    /// flags over it, paths relative to `base`: what `load` does with a file, for callers
+    /// (and tests) that hold the text. Any text gives a config or an error naming the key.
+    pub fn from_text(text: &str, is_json: bool, base: &Path) -> Result<Config> {
+        validate(parse_file(text, is_json, "config", base)?)
+    }
+
     /// Reads the file named by `--config` (if any), applies the flags, validates.
     pub fn load(cli: &Cli) -> Result<Config> {
         let mut file = match &cli.config {
@@ -539,13 +562,17 @@ fn read_file(path: &Path) -> Result<FileConfig> {
     let text =
         std::fs::read_to_string(path).map_err(|e| Error::config("--config", format!("{}: {e}", path.display())))?;
     let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    parse_file(&text, is_json, &path.display().to_string(), path.parent().unwrap_or(Path::new("")))
+}
+
+/// Parses a config file's text (JSON if `is_json`, else TOML); `source` names it in errors;
+/// relative paths in it become relative to `base`.
+fn parse_file(text: &str, is_json: bool, source: &str, base: &Path) -> Result<FileConfig> {
     let mut file: FileConfig = if is_json {
-        serde_json::from_str(&text).map_err(|e| Error::config(path.display().to_string(), e.to_string()))?
+        serde_json::from_str(text).map_err(|e| Error::config(source, e.to_string()))?
     } else {
-        toml::from_str(&text)
-            .map_err(|e| Error::config(path.display().to_string(), e.to_string().trim_end().to_string()))?
+        toml::from_str(text).map_err(|e| Error::config(source, e.to_string().trim_end().to_string()))?
     };
-    let base = path.parent().unwrap_or(Path::new(""));
     let rebase = |p: &mut PathBuf| {
         if p.is_relative() {
             *p = base.join(&*p);
@@ -633,12 +660,11 @@ fn apply_flags(file: &mut FileConfig, cli: &Cli) -> Result<()> {
         file.delays.core_delay_trace = cli.core_delay_trace.clone();
     }
     if let Some(name) = &cli.scheduler {
-        file.cell.scheduler = serde_json::from_value(serde_json::Value::String(name.clone())).map_err(|_| {
-            Error::config(
-                "--scheduler",
-                format!("`{name}` is not one of proportional-fair, background-first, round-robin"),
-            )
-        })?;
+        let schedulers = &cell::scheduler::POLICIES;
+        if schedulers.get(name).is_none() {
+            return Err(Error::config("--scheduler", format!("`{name}` is not one of {}", schedulers.names())));
+        }
+        file.cell.scheduler = PolicyChoice::named(name);
     }
     if cli.core_netns.is_some() || cli.core_tun.is_some() || cli.core_address.is_some() {
         let core = file.core.get_or_insert_with(|| CoreFile {
@@ -685,7 +711,38 @@ fn apply_flags(file: &mut FileConfig, cli: &Cli) -> Result<()> {
             ue.cell.queue_limit_bytes = bytes;
         }
     }
+    // Last, so that a per-UE policy reaches the UEs the flags above added.
+    for spec in &cli.policy {
+        let bad = |problem: String| Error::config("--policy", format!("`{spec}`: {problem}"));
+        let (category, choice) =
+            spec.split_once('=').ok_or_else(|| bad("expected CATEGORY=KIND[,PARAM=VALUE...]".into()))?;
+        let choice = PolicyChoice::parse(choice).map_err(bad)?;
+        let mut ues: Vec<&mut cell::UeConfig> = file.ues.iter_mut().map(|ue| &mut ue.cell).collect();
+        cell::policy::apply(category.trim(), choice, &mut file.cell, &mut ues)
+            .map_err(|e| bad(format!("{}: {}", e.field, e.problem)))?;
+    }
     Ok(())
+}
+
+/// The cell's policies as `--list-policies` prints them: JSON (`emulator/policies.json`),
+/// or a table for people.
+pub fn list_policies(json: bool) -> String {
+    let catalogue = cell::policy::catalogue();
+    if json {
+        return serde_json::to_string_pretty(&catalogue).unwrap_or_default() + "\n";
+    }
+    let mut out = String::new();
+    for c in &catalogue {
+        out += &format!("{} ({}; default {}): {}\n", c.category, c.config_key, c.default, c.summary);
+        for p in &c.policies {
+            out += &format!("  {:<20} {}\n", p.name, p.summary);
+            for param in p.params {
+                let default = serde_json::to_string(&param.default).unwrap_or_default();
+                out += &format!("  {:<20}   {} = {default}: {}\n", "", param.name, param.doc);
+            }
+        }
+    }
+    out
 }
 
 /// Checks a delay in ms: finite, 0..=10000.
@@ -895,6 +952,7 @@ fn validate(file: FileConfig) -> Result<Config> {
         ues,
         diag_stats_period_ms: file.diag.stats_period_ms,
         diag_file: file.diag.file,
+        diag_mi2log: file.diag.mi2log,
         cell: file.cell.clone(),
     })
 }
@@ -994,6 +1052,51 @@ mod tests {
         ]))
         .expect_err("bad scheduler");
         assert!(e.to_string().contains("--scheduler"), "{e}");
+    }
+
+    #[test]
+    fn policies_from_flags() {
+        let base = ["--rate", "1mbit", "--core-netns", "cbxcore", "--ue-netns", "cbxue0", "--ue-netns", "cbxue1"];
+        let with = |extra: &[&str]| Config::load(&cli(&[&base[..], extra].concat()));
+        let c = with(&[
+            "--scheduler",
+            "round-robin",
+            "--policy",
+            "loss=fixed,probability=0.25",
+            "--policy",
+            "queue=drop-tail",
+        ])
+        .expect("valid");
+        assert_eq!(c.cell.scheduler, PolicyChoice::named("round-robin"));
+        assert_eq!(c.cell.loss, PolicyChoice::parse("fixed,probability=0.25").expect("parses"));
+        assert!(c.ues.iter().all(|ue| ue.cell.queue == PolicyChoice::named("drop-tail")));
+        for (flag, needle) in [
+            ("loss=fixed,probability=2", "probability"),
+            ("loss=nope", "one of correlated, fixed"),
+            ("fair=round-robin", "unknown policy category"),
+            ("round-robin", "CATEGORY=KIND"),
+            ("scheduler=round-robin,x", "PARAM=VALUE"),
+        ] {
+            let e = with(&["--policy", flag]).expect_err(flag).to_string();
+            assert!(e.contains("--policy") && e.contains(needle), "{flag}: {e}");
+            assert_eq!(with(&["--policy", flag]).expect_err(flag).exit_code(), 2);
+        }
+    }
+
+    #[test]
+    fn the_policy_list_python_reads_is_the_registry() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies.json");
+        let expected = list_policies(true);
+        if std::env::var_os("CLAWBED_BLESS").is_some() {
+            std::fs::write(&path, &expected).expect("writing emulator/policies.json");
+        }
+        let found = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            found == expected,
+            "emulator/policies.json differs from the cell crate's policy registry: regenerate it with \
+             `CLAWBED_BLESS=1 cargo test -p emulator --lib config` (or `clawbed-emu --list-policies --json`)"
+        );
+        assert!(list_policies(false).contains("round-robin"));
     }
 
     #[test]

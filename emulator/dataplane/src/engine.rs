@@ -33,7 +33,6 @@ use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
 use crate::clock::{monotonic_now_ns, sleep_until, Histogram, Nanos, Summary, TimeBase, NANOS_PER_MS};
-use crate::delay::DelayLine;
 use crate::diag::{DiagBatch, DiagQueue};
 use crate::doorbell::Doorbell;
 use crate::model::UeLinks;
@@ -43,7 +42,8 @@ use crate::reader::{Arrival, Direction};
 use crate::records::{PacketEvent, PacketRecord, RecordQueues, SubframeRecord};
 use crate::signals::Signals;
 use crate::tx::{Lane, TxItem, TxQueue};
-use crate::uplink::{Uplink, UplinkTiming};
+use cell::delay::DelayLine;
+use cell::uplink::{Uplink, UplinkTiming};
 
 /// How long the paused loop sleeps between looks at the signal flags, ns.
 const PAUSE_POLL_NS: Nanos = 5 * NANOS_PER_MS;

@@ -8,6 +8,8 @@
 //! applied). On SIGINT/SIGTERM (or the end of the run): stop,
 //! flush, print `counters {...}`, write `counters.json`, remove the devices.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -74,6 +76,10 @@ fn join<T>(handle: thread::JoinHandle<(T, ThreadReport)>, what: &str) -> Result<
 }
 
 fn run(cli: &Cli) -> Result<()> {
+    if cli.list_policies {
+        print!("{}", emulator::config::list_policies(cli.json));
+        return Ok(());
+    }
     let config = Config::load(cli)?;
     let (cell, links) = emulator::model::build::<InFlight>(&config)?;
     if cli.check {
@@ -126,7 +132,8 @@ fn run(cli: &Cli) -> Result<()> {
     std::fs::create_dir_all(&config.output_dir)
         .context(|| format!("creating the output directory {}", config.output_dir.display()))?;
     let diag_at: Vec<(&Namespace, u16)> = ue_ns.iter().zip(&config.ues).map(|(ns, ue)| (ns, ue.diag_port)).collect();
-    let (diag_server, endpoints) = DiagServer::bind(&diag_at, &config.output_dir, config.diag_file)?;
+    let (diag_server, endpoints) =
+        DiagServer::bind(&diag_at, &config.output_dir, config.diag_file, &config.diag_mi2log)?;
     let diag_queue = Arc::new(DiagQueue::new(config.diag_file)?);
 
     let time = Arc::new(TimeBase::starting_in(START_DELAY_NS));
@@ -201,6 +208,7 @@ fn run(cli: &Cli) -> Result<()> {
         "core": {"netns": config.core_netns, "tun": config.core_tun, "address": config.core_address},
         "ues": config.ues.iter().zip(&endpoints).map(|(u, e)| json!({
             "netns": u.netns, "tun": u.tun, "address": u.address, "diag_port": e.port,
+            "mi2log_port": e.mi2log.port, "mi2log_pty": e.mi2log.pty,
         })).collect::<Vec<_>>(),
         "output_dir": config.output_dir,
         "origin_unix_ns": time.origin_unix_ns(),

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use cell::{Cell, ConditionTrace, ConstantRate, MahimahiConditions, TraceColumns, TraceConditions, UeSetup};
 
 use crate::config::{Config, Downlink, UplinkSource};
-use crate::delay::CoreDelay;
 use crate::error::{Error, Result};
-use crate::uplink::UplinkCapacity;
+use cell::delay::CoreDelay;
+use cell::uplink::UplinkCapacity;
 
 /// A UE's links outside the cell.
 #[derive(Debug, Clone)]
@@ -64,6 +64,13 @@ fn read_mahimahi(path: &Path, looping: bool) -> Result<MahimahiConditions> {
     Ok(if looping { trace } else { trace.without_loop() })
 }
 
+/// Reads a delay trace file (`CoreDelay::parse_steps`); errors name the file and line.
+fn read_delay_trace(path: &Path) -> Result<CoreDelay> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Trace(format!("{}: reading the delay trace: {e}", path.display())))?;
+    CoreDelay::parse_steps(&text).map_err(|e| Error::Trace(format!("{}: {e}", path.display())))
+}
+
 /// Builds the cell (handles of type `H`) and every UE's links.
 pub fn build<H>(config: &Config) -> Result<(Cell<H>, Vec<UeLinks>)> {
     let mut traces: HashMap<PathBuf, Arc<LoadedTrace>> = HashMap::new();
@@ -75,7 +82,7 @@ pub fn build<H>(config: &Config) -> Result<(Cell<H>, Vec<UeLinks>)> {
         traces.insert(path.clone(), Arc::clone(&t));
         Ok(t)
     };
-    let delay_trace = config.core_delay_trace.as_deref().map(CoreDelay::read_steps).transpose()?;
+    let delay_trace = config.core_delay_trace.as_deref().map(read_delay_trace).transpose()?;
     let mut setups = Vec::with_capacity(config.ues.len());
     let mut links = Vec::with_capacity(config.ues.len());
     for ue in &config.ues {

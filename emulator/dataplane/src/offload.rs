@@ -143,7 +143,9 @@ impl Offload {
     /// receiver then sees a valid checksum (a partial one reads as corrupt). Packets without
     /// a partial checksum, or whose offsets do not fit, keep their header as read.
     pub fn complete_checksum(&self, packet: &mut [u8]) -> VnetHdr {
-        let (start, field) = (usize::from(self.csum_start), usize::from(self.csum_start + self.csum_offset));
+        // In usize: the header's offsets are whatever the kernel (or a corrupt header) says.
+        let (start, field) =
+            (usize::from(self.csum_start), usize::from(self.csum_start) + usize::from(self.csum_offset));
         if self.csum_flags & F_NEEDS_CSUM == 0 || field + 2 > packet.len() {
             return self.single_hdr();
         }
@@ -660,6 +662,17 @@ mod tests {
         let mut fragment = udp_packet(&[1u8; 100], 7);
         fragment[6] = 0x20;
         assert!(Merge::start(&fragment, &single).is_none(), "a fragment does not merge");
+    }
+
+    #[test]
+    fn checksum_offsets_past_the_packet_leave_it_alone() {
+        // A header whose offsets overflow 16 bits, or point past the packet (a fuzz find).
+        for (csum_start, csum_offset) in [(u16::MAX, 10), (200, 16), (90, 9)] {
+            let offload = Offload { csum_flags: F_NEEDS_CSUM, csum_start, csum_offset, segment: None };
+            let mut packet = [7u8; 100];
+            assert_eq!(offload.complete_checksum(&mut packet), offload.single_hdr());
+            assert_eq!(packet, [7u8; 100]);
+        }
     }
 
     #[test]

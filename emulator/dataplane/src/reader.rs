@@ -15,7 +15,7 @@
 //! buffer pool drops the packet and counts it.
 
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -24,9 +24,10 @@ use serde::Serialize;
 
 use crate::clock::{monotonic_now_ns, Nanos};
 use crate::doorbell::Doorbell;
-use crate::error::{check_os, is_transient, Context, Result};
+use crate::error::{is_transient, Context, Result};
 use crate::offload::{split_tcp4, Offload, VnetHdr, VNET_HDR_BYTES};
 use crate::pool::{Packet, Pool};
+use crate::sys;
 use crate::tun::Tun;
 
 /// Packets read from one device before looking at the others.
@@ -158,16 +159,10 @@ impl Reader {
         out: Arc<ArrayQueue<Arrival>>,
         bell: Arc<Doorbell>,
     ) -> Result<Reader> {
-        // SAFETY: plain syscall; the descriptor is checked and owned.
-        let raw = check_os(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })
-            .context(|| "creating the epoll instance of the I/O thread".into())?;
-        // SAFETY: `raw` is a descriptor we own from here on.
-        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+        let epoll = sys::epoll_create().context(|| "creating the epoll instance of the I/O thread".into())?;
         let all = std::iter::once(&devices.core).chain(devices.ues.iter());
         for (token, tun) in all.enumerate() {
-            let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token as u64 };
-            // SAFETY: both descriptors are open; `event` lives for the call.
-            check_os(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, tun.as_raw_fd(), &mut event) })
+            sys::epoll_watch(&epoll, tun.as_raw_fd(), token as u64)
                 .context(|| format!("watching TUN {} for input", tun.name()))?;
         }
         let n_devices = 1 + devices.ues.len();
@@ -189,19 +184,16 @@ impl Reader {
     /// Reads until `stop` is set; returns the counters.
     pub fn run(mut self, stop: &AtomicBool) -> ReaderCounters {
         let n_devices = 1 + self.devices.ues.len();
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; n_devices];
+        let mut events = sys::epoll_events(n_devices);
         let mut ready: Vec<usize> = Vec::with_capacity(n_devices);
         let mut buffer = vec![0u8; READ_BUFFER_BYTES];
         while !stop.load(Ordering::Relaxed) {
-            // SAFETY: `events` has room for `n_devices` entries.
-            let n = unsafe {
-                libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), n_devices as i32, STOP_POLL_MS)
-            };
-            if n <= 0 {
+            let n = sys::epoll_wait(&self.epoll, &mut events, STOP_POLL_MS);
+            if n == 0 {
                 continue; // timeout or EINTR: look at `stop` again
             }
             ready.clear();
-            ready.extend(events[..n as usize].iter().map(|e| e.u64 as usize));
+            ready.extend(events[..n].iter().map(|e| e.u64 as usize));
             // Round-robin batches until every ready device is drained.
             while !ready.is_empty() {
                 ready.retain(|&token| self.read_batch(token, &mut buffer));

@@ -50,11 +50,6 @@ impl Signals {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Asks for a stop (the run's duration is over, or a trace ended).
-    pub fn request_stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-
     /// Whether a pause was asked for since the last call.
     pub fn take_pause(&self) -> bool {
         self.pause.swap(false, Ordering::Relaxed)
@@ -68,10 +63,5 @@ impl Signals {
     /// Whether a seek was asked for since the last call.
     pub fn take_seek(&self) -> bool {
         self.seek.swap(false, Ordering::Relaxed)
-    }
-
-    /// Asks for a seek, as SIGHUP does (for tests).
-    pub fn request_seek(&self) {
-        self.seek.store(true, Ordering::Relaxed);
     }
 }

@@ -26,13 +26,13 @@ use serde::Serialize;
 use crate::clock::{
     monotonic_now_ns, spin_until, Histogram, Nanos, SpinMargin, Summary, TimeBase, NANOS_PER_MS, NANOS_PER_US,
 };
-use crate::delay::DelayLine;
 use crate::doorbell::Doorbell;
 use crate::engine::{InFlight, Tally};
 use crate::offload::Merge;
 use crate::reader::{Devices, Direction};
 use crate::records::{PacketEvent, PacketRecord, RecordQueues, PACKET_BATCH_ROWS};
 use crate::tun::Tun;
+use cell::delay::DelayLine;
 
 /// How long after its last write the writer keeps waking on the flow's 1 ms rhythm by
 /// itself (so the cell thread need not wake it for every subframe's packets), ns.

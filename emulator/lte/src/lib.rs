@@ -9,6 +9,7 @@
 //! - [`bandwidth`]: channel bandwidth ↔ number of resource blocks.
 //! - [`rsrq`]: the CLAW paper's RSRQ ↔ cell-load model.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod bandwidth;

@@ -14,9 +14,7 @@ pub fn modulation_order(i_mcs: u8) -> Option<u8> {
 /// TBS index I_TBS of MCS index `i_mcs`. `None` for the reserved indices 29..=31 (a
 /// retransmission reuses the first transmission's size) and for anything above 31.
 pub fn i_tbs(i_mcs: u8) -> Option<u8> {
-    MCS_TABLE
-        .get(usize::from(i_mcs))
-        .and_then(|&(_, i_tbs)| i_tbs)
+    MCS_TABLE.get(usize::from(i_mcs)).and_then(|&(_, i_tbs)| i_tbs)
 }
 
 #[cfg(test)]

@@ -34,9 +34,7 @@ pub fn tbs_bits_itbs(i_tbs: u8, n_prb: u8, layers: u8) -> Option<u32> {
         2 => {
             let bits = one_layer(i_tbs, n_prb)?;
             // build.rs checked that every one-layer value of N_PRB 56..=110 is in the table.
-            let at = TBS_TRANSLATION
-                .binary_search_by_key(&bits, |&(one, _)| one)
-                .ok()?;
+            let at = TBS_TRANSLATION.binary_search_by_key(&bits, |&(one, _)| one).ok()?;
             Some(TBS_TRANSLATION[at].1)
         }
         _ => None,

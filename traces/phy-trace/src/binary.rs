@@ -45,9 +45,7 @@ impl Encoding {
 
     /// The encoding called `name` in a `.cbt` header.
     pub fn from_name(name: &str) -> Option<Encoding> {
-        [Encoding::Raw, Encoding::Zstd, Encoding::DeltaZstd]
-            .into_iter()
-            .find(|e| e.as_str() == name)
+        [Encoding::Raw, Encoding::Zstd, Encoding::DeltaZstd].into_iter().find(|e| e.as_str() == name)
     }
 }
 
@@ -65,10 +63,7 @@ pub struct CbtOptions {
 
 impl Default for CbtOptions {
     fn default() -> CbtOptions {
-        CbtOptions {
-            zstd_level: 3,
-            encodings: BTreeMap::new(),
-        }
+        CbtOptions { zstd_level: 3, encodings: BTreeMap::new() }
     }
 }
 
@@ -77,11 +72,8 @@ pub(crate) fn encode(trace: &Trace, options: &CbtOptions, path: &Path) -> Result
     let mut entries = Vec::new();
     let mut blocks = Vec::new();
     for (name, slice) in trace.columns.present() {
-        let column_error = |message: String| Error::Column {
-            path: path.to_path_buf(),
-            column: name.as_str().to_string(),
-            message,
-        };
+        let column_error =
+            |message: String| Error::Column { path: path.to_path_buf(), column: name.as_str().to_string(), message };
         let raw = slice.to_le_bytes();
         let crc32 = crc32fast::hash(&raw);
         let level = options.zstd_level;
@@ -93,9 +85,7 @@ pub(crate) fn encode(trace: &Trace, options: &CbtOptions, path: &Path) -> Result
             Some(Encoding::Raw) => (Encoding::Raw, raw),
             Some(Encoding::Zstd) => (Encoding::Zstd, compress(&raw, level).map_err(column_error)?),
             Some(Encoding::DeltaZstd) => (Encoding::DeltaZstd, delta_zstd().map_err(column_error)?),
-            None if name.dtype() == Dtype::F32 => {
-                (Encoding::Zstd, compress(&raw, level).map_err(column_error)?)
-            }
+            None if name.dtype() == Dtype::F32 => (Encoding::Zstd, compress(&raw, level).map_err(column_error)?),
             None => {
                 let plain = compress(&raw, level).map_err(column_error)?;
                 let delta = delta_zstd().map_err(column_error)?;
@@ -127,10 +117,7 @@ pub(crate) fn encode(trace: &Trace, options: &CbtOptions, path: &Path) -> Result
     let header_len = u32::try_from(header.len()).map_err(|_| Error::Header {
         path: path.to_path_buf(),
         field: "header".into(),
-        message: format!(
-            "{} bytes is too long for the u32 header length",
-            header.len()
-        ),
+        message: format!("{} bytes is too long for the u32 header length", header.len()),
     })?;
 
     let total = FIXED_HEADER_LEN + header.len() + blocks.iter().map(Vec::len).sum::<usize>();
@@ -162,9 +149,7 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
     if prefix != &MAGIC[..prefix.len()] || bytes.is_empty() {
         return Err(Error::NotATrace {
             path: path.to_path_buf(),
-            detail: format!(
-                "the file does not start with the .cbt magic \"CBTRACE\\0\" (found {prefix:02x?})"
-            ),
+            detail: format!("the file does not start with the .cbt magic \"CBTRACE\\0\" (found {prefix:02x?})"),
         });
     }
     let truncated = |part: &str, start: u64, end: u64| Error::Truncated {
@@ -179,54 +164,30 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
     }
     let version = u16::from_le_bytes([bytes[8], bytes[9]]);
     if u32::from(version) != FORMAT_VERSION {
-        return Err(Error::UnsupportedVersion {
-            path: path.to_path_buf(),
-            version: version.into(),
-        });
+        return Err(Error::UnsupportedVersion { path: path.to_path_buf(), version: version.into() });
     }
-    let header_error = |field: &str, message: String| Error::Header {
-        path: path.to_path_buf(),
-        field: field.to_string(),
-        message,
-    };
+    let header_error =
+        |field: &str, message: String| Error::Header { path: path.to_path_buf(), field: field.to_string(), message };
     let reserved = u16::from_le_bytes([bytes[10], bytes[11]]);
     if reserved != 0 {
-        return Err(header_error(
-            "reserved",
-            format!("bytes 10..12 must be 0, found {reserved}"),
-        ));
+        return Err(header_error("reserved", format!("bytes 10..12 must be 0, found {reserved}")));
     }
-    let header_len = u64::from(u32::from_le_bytes([
-        bytes[12], bytes[13], bytes[14], bytes[15],
-    ]));
+    let header_len = u64::from(u32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]));
     let header_end = FIXED_HEADER_LEN as u64 + header_len;
     if header_end > file_len {
-        return Err(truncated(
-            "JSON header",
-            FIXED_HEADER_LEN as u64,
-            header_end,
-        ));
+        return Err(truncated("JSON header", FIXED_HEADER_LEN as u64, header_end));
     }
     // header_end ≤ file length, so it fits usize.
     let header_end = header_end as usize;
     let header: Value = serde_json::from_slice(&bytes[FIXED_HEADER_LEN..header_end])
         .map_err(|e| header_error("header", format!("invalid JSON: {e}")))?;
-    let header = header
-        .as_object()
-        .ok_or_else(|| header_error("header", "must be a JSON object".into()))?;
+    let header = header.as_object().ok_or_else(|| header_error("header", "must be a JSON object".into()))?;
     if let Some(key) = header.keys().find(|k| !HEADER_KEYS.contains(&k.as_str())) {
-        return Err(header_error(
-            key,
-            "unknown header key (expected metadata and columns)".into(),
-        ));
+        return Err(header_error(key, "unknown header key (expected metadata and columns)".into()));
     }
-    let metadata = header
-        .get("metadata")
-        .ok_or_else(|| header_error("metadata", "required key is missing".into()))?;
-    let metadata = Metadata::from_json(metadata).map_err(|defects| Error::Invalid {
-        path: path.to_path_buf(),
-        defects,
-    })?;
+    let metadata = header.get("metadata").ok_or_else(|| header_error("metadata", "required key is missing".into()))?;
+    let metadata =
+        Metadata::from_json(metadata).map_err(|defects| Error::Invalid { path: path.to_path_buf(), defects })?;
     let entries = header
         .get("columns")
         .and_then(Value::as_array)
@@ -238,22 +199,11 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
         .collect::<Result<Vec<Entry>, Error>>()?;
     for (i, entry) in entries.iter().enumerate() {
         if entries[..i].iter().any(|e| e.name == entry.name) {
-            return Err(column_error(
-                path,
-                entry.name,
-                "appears twice in the header".into(),
-            ));
+            return Err(column_error(path, entry.name, "appears twice in the header".into()));
         }
     }
-    if let Some(&missing) = ColumnName::ALL
-        .iter()
-        .find(|&&c| c.is_required() && !entries.iter().any(|e| e.name == c))
-    {
-        return Err(column_error(
-            path,
-            missing,
-            "required column is missing".into(),
-        ));
+    if let Some(&missing) = ColumnName::ALL.iter().find(|&&c| c.is_required() && !entries.iter().any(|e| e.name == c)) {
+        return Err(column_error(path, missing, "required column is missing".into()));
     }
 
     let rows = metadata.duration_ms as usize;
@@ -262,16 +212,12 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
     for entry in &entries {
         let end = offset.saturating_add(entry.stored_bytes);
         if end > file_len {
-            return Err(truncated(
-                &format!("column `{}`", entry.name.as_str()),
-                offset,
-                end,
-            ));
+            return Err(truncated(&format!("column `{}`", entry.name.as_str()), offset, end));
         }
         // offset ≤ end ≤ file length, so both fit usize.
         let block = &bytes[offset as usize..end as usize];
-        let (data, raw_crc) = decode_block(entry, block, rows)
-            .map_err(|message| column_error(path, entry.name, message))?;
+        let (data, raw_crc) =
+            decode_block(entry, block, rows).map_err(|message| column_error(path, entry.name, message))?;
         if raw_crc != entry.crc32 {
             return Err(Error::Crc {
                 path: path.to_path_buf(),
@@ -282,29 +228,18 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
         }
         // decode_block produced the column's own dtype, so `set` accepts it.
         if columns.set(entry.name, data).is_err() {
-            return Err(column_error(
-                path,
-                entry.name,
-                "decoded to the wrong type".into(),
-            ));
+            return Err(column_error(path, entry.name, "decoded to the wrong type".into()));
         }
         offset = end;
     }
     if offset < file_len {
-        return Err(Error::TrailingBytes {
-            path: path.to_path_buf(),
-            extra: file_len - offset,
-        });
+        return Err(Error::TrailingBytes { path: path.to_path_buf(), extra: file_len - offset });
     }
     Ok(Trace { metadata, columns })
 }
 
 fn column_error(path: &Path, column: ColumnName, message: String) -> Error {
-    Error::Column {
-        path: path.to_path_buf(),
-        column: column.as_str().to_string(),
-        message,
-    }
+    Error::Column { path: path.to_path_buf(), column: column.as_str().to_string(), message }
 }
 
 fn parse_entry(index: usize, entry: &Value, path: &Path) -> Result<Entry, Error> {
@@ -322,12 +257,7 @@ fn parse_entry(index: usize, entry: &Value, path: &Path) -> Result<Entry, Error>
     if let Some(key) = entry.keys().find(|k| !ENTRY_KEYS.contains(&k.as_str())) {
         return Err(header_error(key, "unknown key in a column entry"));
     }
-    let text = |key: &str| {
-        entry
-            .get(key)
-            .and_then(Value::as_str)
-            .ok_or_else(|| header_error(key, "must be a string"))
-    };
+    let text = |key: &str| entry.get(key).and_then(Value::as_str).ok_or_else(|| header_error(key, "must be a string"));
     let name_text = text("name")?;
     let name = ColumnName::from_name(name_text).ok_or_else(|| Error::UnknownColumn {
         path: path.to_path_buf(),
@@ -339,26 +269,15 @@ fn parse_entry(index: usize, entry: &Value, path: &Path) -> Result<Entry, Error>
         return Err(column_error(
             path,
             name,
-            format!(
-                "header says dtype `{dtype}`, format version 1 says {}",
-                name.dtype().as_str()
-            ),
+            format!("header says dtype `{dtype}`, format version 1 says {}", name.dtype().as_str()),
         ));
     }
     let encoding_text = text("encoding")?;
     let encoding = Encoding::from_name(encoding_text).ok_or_else(|| {
-        column_error(
-            path,
-            name,
-            format!("unknown encoding `{encoding_text}` (raw, zstd or delta-zstd)"),
-        )
+        column_error(path, name, format!("unknown encoding `{encoding_text}` (raw, zstd or delta-zstd)"))
     })?;
     if encoding == Encoding::DeltaZstd && name.dtype() == Dtype::F32 {
-        return Err(column_error(
-            path,
-            name,
-            "delta-zstd applies to integer columns only".into(),
-        ));
+        return Err(column_error(path, name, "delta-zstd applies to integer columns only".into()));
     }
     let stored_bytes = entry
         .get("stored_bytes")
@@ -369,12 +288,7 @@ fn parse_entry(index: usize, entry: &Value, path: &Path) -> Result<Entry, Error>
         .and_then(Value::as_u64)
         .and_then(|c| u32::try_from(c).ok())
         .ok_or_else(|| header_error("crc32", "must be an integer in 0..=4294967295"))?;
-    Ok(Entry {
-        name,
-        encoding,
-        stored_bytes,
-        crc32,
-    })
+    Ok(Entry { name, encoding, stored_bytes, crc32 })
 }
 
 /// The column's values from its stored block, and the CRC-32 of their raw bytes; the error
@@ -383,21 +297,11 @@ fn decode_block(entry: &Entry, block: &[u8], rows: usize) -> Result<(ColumnData,
     let delta = entry.encoding == Encoding::DeltaZstd;
     Ok(match entry.name.dtype() {
         Dtype::U8 => {
-            let (values, crc) = decode_values(
-                entry.encoding,
-                block,
-                rows,
-                delta.then_some(u8::wrapping_add),
-            )?;
+            let (values, crc) = decode_values(entry.encoding, block, rows, delta.then_some(u8::wrapping_add))?;
             (ColumnData::U8(values), crc)
         }
         Dtype::U32 => {
-            let (values, crc) = decode_values(
-                entry.encoding,
-                block,
-                rows,
-                delta.then_some(u32::wrapping_add),
-            )?;
+            let (values, crc) = decode_values(entry.encoding, block, rows, delta.then_some(u32::wrapping_add))?;
             (ColumnData::U32(values), crc)
         }
         // parse_entry refuses delta-zstd for float columns.
@@ -443,14 +347,10 @@ fn decode_values<T: Element>(
     rows: usize,
     add: Option<fn(T, T) -> T>,
 ) -> Result<(Vec<T>, u32), String> {
-    let expected = rows
-        .checked_mul(std::mem::size_of::<T>())
-        .ok_or_else(|| format!("{rows} rows do not fit in memory"))?;
+    let expected =
+        rows.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| format!("{rows} rows do not fit in memory"))?;
     if encoding == Encoding::Raw && block.len() != expected {
-        return Err(format!(
-            "raw block holds {} bytes, but duration_ms = {rows} rows need {expected}",
-            block.len()
-        ));
+        return Err(format!("raw block holds {} bytes, but duration_ms = {rows} rows need {expected}", block.len()));
     }
     if encoding != Encoding::Raw {
         // Check the frame's declared size first, so a corrupted header cannot make us
@@ -458,24 +358,24 @@ fn decode_values<T: Element>(
         match zstd::zstd_safe::get_frame_content_size(block) {
             Err(_) => return Err("block is not a zstd frame".into()),
             Ok(Some(size)) if size != expected as u64 => {
-                return Err(format!(
-                    "zstd frame holds {size} bytes, but duration_ms = {rows} rows need {expected}"
-                ));
+                return Err(format!("zstd frame holds {size} bytes, but duration_ms = {rows} rows need {expected}"));
             }
             Ok(_) => {}
         }
     }
-    let mut values = vec![T::zeroed(); rows];
+    // A header may claim any duration: a size the machine cannot hold is an error, not an
+    // abort.
+    let mut values: Vec<T> = Vec::new();
+    values.try_reserve_exact(rows).map_err(|_| format!("duration_ms = {rows} rows do not fit in memory"))?;
+    values.resize(rows, T::zeroed());
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut values);
     if encoding == Encoding::Raw {
         bytes.copy_from_slice(block);
     } else {
-        let written = zstd::bulk::decompress_to_buffer(block, bytes)
-            .map_err(|e| format!("zstd frame does not decode: {e}"))?;
+        let written =
+            zstd::bulk::decompress_to_buffer(block, bytes).map_err(|e| format!("zstd frame does not decode: {e}"))?;
         if written != expected {
-            return Err(format!(
-                "zstd frame holds {written} bytes, but duration_ms = {rows} rows need {expected}"
-            ));
+            return Err(format!("zstd frame holds {written} bytes, but duration_ms = {rows} rows need {expected}"));
         }
     }
     for value in &mut values {
@@ -508,22 +408,11 @@ fn delta_encode(slice: ColumnSlice<'_>) -> Option<Vec<u8>> {
     match slice {
         ColumnSlice::U8(v) => {
             let mut previous = 0u8;
-            Some(
-                v.iter()
-                    .map(|&x| x.wrapping_sub(std::mem::replace(&mut previous, x)))
-                    .collect(),
-            )
+            Some(v.iter().map(|&x| x.wrapping_sub(std::mem::replace(&mut previous, x))).collect())
         }
         ColumnSlice::U32(v) => {
             let mut previous = 0u32;
-            Some(
-                v.iter()
-                    .flat_map(|&x| {
-                        x.wrapping_sub(std::mem::replace(&mut previous, x))
-                            .to_le_bytes()
-                    })
-                    .collect(),
-            )
+            Some(v.iter().flat_map(|&x| x.wrapping_sub(std::mem::replace(&mut previous, x)).to_le_bytes()).collect())
         }
         ColumnSlice::F32(_) => None,
     }
@@ -539,15 +428,13 @@ mod tests {
         let deltas = delta_encode(ColumnSlice::U8(&values)).unwrap();
         assert_eq!(deltas, [5, 254, 252, 1, 0, 7]);
         let frame = compress(&deltas, 1).unwrap();
-        let (decoded, crc) =
-            decode_values(Encoding::DeltaZstd, &frame, 6, Some(u8::wrapping_add)).unwrap();
+        let (decoded, crc) = decode_values(Encoding::DeltaZstd, &frame, 6, Some(u8::wrapping_add)).unwrap();
         assert_eq!((decoded, crc), (values.clone(), crc32fast::hash(&values)));
 
         let values = vec![0u32, 1, 2, u32::MAX, 3];
         let raw = ColumnSlice::U32(&values).to_le_bytes();
         let frame = compress(&delta_encode(ColumnSlice::U32(&values)).unwrap(), 1).unwrap();
-        let (decoded, crc) =
-            decode_values(Encoding::DeltaZstd, &frame, 5, Some(u32::wrapping_add)).unwrap();
+        let (decoded, crc) = decode_values(Encoding::DeltaZstd, &frame, 5, Some(u32::wrapping_add)).unwrap();
         assert_eq!((decoded, crc), (values, crc32fast::hash(&raw)));
         assert_eq!(delta_encode(ColumnSlice::F32(&[1.0])), None);
     }

@@ -244,10 +244,7 @@ columns! {
 impl Columns {
     /// The columns present, in FORMAT.md's order.
     pub fn present(&self) -> Vec<(ColumnName, ColumnSlice<'_>)> {
-        ColumnName::ALL
-            .iter()
-            .filter_map(|&name| self.get(name).map(|slice| (name, slice)))
-            .collect()
+        ColumnName::ALL.iter().filter_map(|&name| self.get(name).map(|slice| (name, slice))).collect()
     }
 }
 
@@ -285,16 +282,10 @@ mod tests {
     #[test]
     fn set_checks_the_type() {
         let mut columns = Columns::default();
-        assert!(columns
-            .set(ColumnName::Bler, ColumnData::F32(vec![0.5]))
-            .is_ok());
+        assert!(columns.set(ColumnName::Bler, ColumnData::F32(vec![0.5])).is_ok());
         assert_eq!(columns.bler, Some(vec![0.5]));
-        assert!(columns
-            .set(ColumnName::Mcs, ColumnData::U32(vec![1]))
-            .is_err());
-        assert!(columns
-            .set(ColumnName::Mcs, ColumnData::U8(vec![1]))
-            .is_ok());
+        assert!(columns.set(ColumnName::Mcs, ColumnData::U32(vec![1])).is_err());
+        assert!(columns.set(ColumnName::Mcs, ColumnData::U8(vec![1])).is_ok());
         assert_eq!(columns.get(ColumnName::Mcs), Some(ColumnSlice::U8(&[1])));
         assert_eq!(columns.get(ColumnName::Layers), None);
     }

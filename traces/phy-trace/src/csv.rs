@@ -42,59 +42,34 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
         message,
     };
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = 1 + bytes[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
+        let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
         csv_error(line, None, "not valid UTF-8".into())
     })?;
-    let mut lines = text
-        .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .zip(1..);
+    let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).zip(1..);
 
     let first = lines.next().map_or("", |(l, _)| l);
-    let version = first
-        .strip_prefix(FORMAT_LINE_PREFIX)
-        .and_then(|rest| rest.trim().parse::<u64>().ok())
-        .ok_or_else(|| Error::NotATrace {
-            path: path.to_path_buf(),
-            detail: format!(
-                "line 1 is not the format line `{FORMAT_LINE_PREFIX} {FORMAT_VERSION}`"
-            ),
+    let version =
+        first.strip_prefix(FORMAT_LINE_PREFIX).and_then(|rest| rest.trim().parse::<u64>().ok()).ok_or_else(|| {
+            Error::NotATrace {
+                path: path.to_path_buf(),
+                detail: format!("line 1 is not the format line `{FORMAT_LINE_PREFIX} {FORMAT_VERSION}`"),
+            }
         })?;
     if version != u64::from(FORMAT_VERSION) {
-        return Err(Error::UnsupportedVersion {
-            path: path.to_path_buf(),
-            version,
-        });
+        return Err(Error::UnsupportedVersion { path: path.to_path_buf(), version });
     }
 
     let json = lines
         .next()
         .and_then(|(l, _)| l.strip_prefix('#'))
-        .ok_or_else(|| {
-            csv_error(
-                METADATA_LINE,
-                None,
-                "must be `# ` followed by the metadata JSON".into(),
-            )
-        })?;
-    let json: Value = serde_json::from_str(json.trim()).map_err(|e| {
-        csv_error(
-            METADATA_LINE,
-            None,
-            format!("metadata is not valid JSON: {e}"),
-        )
-    })?;
+        .ok_or_else(|| csv_error(METADATA_LINE, None, "must be `# ` followed by the metadata JSON".into()))?;
+    let json: Value = serde_json::from_str(json.trim())
+        .map_err(|e| csv_error(METADATA_LINE, None, format!("metadata is not valid JSON: {e}")))?;
     let metadata = Metadata::from_json(&json).map_err(|mut defects| {
         for defect in &mut defects {
             defect.line = Some(METADATA_LINE);
         }
-        Error::Invalid {
-            path: path.to_path_buf(),
-            defects,
-        }
+        Error::Invalid { path: path.to_path_buf(), defects }
     })?;
 
     let header = lines
@@ -114,15 +89,8 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
         }
         names.push(name);
     }
-    if let Some(&missing) = ColumnName::ALL
-        .iter()
-        .find(|c| c.is_required() && !names.contains(c))
-    {
-        return Err(csv_error(
-            HEADER_LINE,
-            Some(missing),
-            "required column is missing".into(),
-        ));
+    if let Some(&missing) = ColumnName::ALL.iter().find(|c| c.is_required() && !names.contains(c)) {
+        return Err(csv_error(HEADER_LINE, Some(missing), "required column is missing".into()));
     }
 
     // Reserve for the declared rows, but no more than the text could hold, so a wrong
@@ -147,22 +115,13 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
         }
         let mut fields = line.split(',');
         for (name, column) in names.iter().zip(data.iter_mut()) {
-            let field = fields.next().ok_or_else(|| {
-                csv_error(
-                    number,
-                    Some(*name),
-                    format!("expected {} fields", names.len()),
-                )
-            })?;
-            push_value(column, field.trim())
-                .map_err(|message| csv_error(number, Some(*name), message))?;
+            let field = fields
+                .next()
+                .ok_or_else(|| csv_error(number, Some(*name), format!("expected {} fields", names.len())))?;
+            push_value(column, field.trim()).map_err(|message| csv_error(number, Some(*name), message))?;
         }
         if fields.next().is_some() {
-            return Err(csv_error(
-                number,
-                None,
-                format!("more than the {} fields of line 3", names.len()),
-            ));
+            return Err(csv_error(number, None, format!("more than the {} fields of line 3", names.len())));
         }
     }
 
@@ -170,11 +129,7 @@ pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Trace, Error> {
     for (name, column) in names.into_iter().zip(data) {
         // Each builder was made with the column's own dtype, so `set` accepts it.
         if columns.set(name, column).is_err() {
-            return Err(csv_error(
-                HEADER_LINE,
-                Some(name),
-                "parsed to the wrong type".into(),
-            ));
+            return Err(csv_error(HEADER_LINE, Some(name), "parsed to the wrong type".into()));
         }
     }
     Ok(Trace { metadata, columns })
@@ -184,25 +139,16 @@ fn push_value(column: &mut ColumnData, field: &str) -> Result<(), String> {
     match column {
         ColumnData::U8(v) => v.push(parse_unsigned(field, "u8")?),
         ColumnData::U32(v) => v.push(parse_unsigned(field, "u32")?),
-        ColumnData::F32(v) => v.push(
-            field
-                .parse()
-                .map_err(|_| format!("`{field}` is not a number"))?,
-        ),
+        ColumnData::F32(v) => v.push(field.parse().map_err(|_| format!("`{field}` is not a number"))?),
     }
     Ok(())
 }
 
-fn parse_unsigned<T: std::str::FromStr<Err = std::num::ParseIntError>>(
-    field: &str,
-    dtype: &str,
-) -> Result<T, String> {
-    field
-        .parse()
-        .map_err(|e: std::num::ParseIntError| match e.kind() {
-            IntErrorKind::PosOverflow => format!("`{field}` is too large for {dtype}"),
-            _ => format!("`{field}` is not a non-negative integer"),
-        })
+fn parse_unsigned<T: std::str::FromStr<Err = std::num::ParseIntError>>(field: &str, dtype: &str) -> Result<T, String> {
+    field.parse().map_err(|e: std::num::ParseIntError| match e.kind() {
+        IntErrorKind::PosOverflow => format!("`{field}` is too large for {dtype}"),
+        _ => format!("`{field}` is not a non-negative integer"),
+    })
 }
 
 /// Writes `trace` as CSV: the present columns in FORMAT.md's order, floats in the

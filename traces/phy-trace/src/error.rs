@@ -23,23 +23,11 @@ pub struct Defect {
 
 impl Defect {
     pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Defect {
-        Defect {
-            field: field.into(),
-            row: None,
-            line: None,
-            message: message.into(),
-        }
+        Defect { field: field.into(), row: None, line: None, message: message.into() }
     }
 
-    pub(crate) fn at_row(
-        field: impl Into<String>,
-        row: usize,
-        message: impl Into<String>,
-    ) -> Defect {
-        Defect {
-            row: Some(row),
-            ..Defect::new(field, message)
-        }
+    pub(crate) fn at_row(field: impl Into<String>, row: usize, message: impl Into<String>) -> Defect {
+        Defect { row: Some(row), ..Defect::new(field, message) }
     }
 }
 
@@ -191,15 +179,9 @@ fn line_prefix(line: &Option<usize>) -> String {
 }
 
 fn column_suffix(column: Option<&str>) -> String {
-    column
-        .map(|c| format!(", column `{c}`"))
-        .unwrap_or_default()
+    column.map(|c| format!(", column `{c}`")).unwrap_or_default()
 }
 
 fn join_defects(defects: &[Defect]) -> String {
-    defects
-        .iter()
-        .map(Defect::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    defects.iter().map(Defect::to_string).collect::<Vec<_>>().join("; ")
 }

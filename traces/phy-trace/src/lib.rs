@@ -11,6 +11,7 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod binary;
@@ -83,19 +84,24 @@ impl Trace {
     /// [`Error::Invalid`], which lists them all.
     pub fn read(path: impl AsRef<Path>) -> Result<Trace, Error> {
         let path = path.as_ref();
-        let bytes = fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let kind = FileKind::from_path(path).or_else(|| FileKind::sniff(&bytes)).ok_or_else(|| Error::NotATrace {
+        let bytes = fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        Trace::from_bytes(&bytes, path)
+    }
+
+    /// Decodes and validates a trace held in memory, as [`Trace::read`] does a file's
+    /// bytes: the encoding follows `path`'s suffix, else the first bytes; `path` names the
+    /// trace in errors. Any input gives a trace or an error, never a panic.
+    pub fn from_bytes(bytes: &[u8], path: impl AsRef<Path>) -> Result<Trace, Error> {
+        let path = path.as_ref();
+        let kind = FileKind::from_path(path).or_else(|| FileKind::sniff(bytes)).ok_or_else(|| Error::NotATrace {
             path: path.to_path_buf(),
             detail: "the suffix is neither .cbt nor .csv and the file starts with neither the .cbt magic nor \
                      the CSV format line"
                 .into(),
         })?;
         let trace = match kind {
-            FileKind::Cbt => binary::decode(&bytes, path)?,
-            FileKind::Csv => csv::decode(&bytes, path)?,
+            FileKind::Cbt => binary::decode(bytes, path)?,
+            FileKind::Csv => csv::decode(bytes, path)?,
         };
         let mut defects = trace.validate();
         if defects.is_empty() {
@@ -106,10 +112,7 @@ impl Trace {
                 defect.line = Some(csv::line_of(defect));
             }
         }
-        Err(Error::Invalid {
-            path: path.to_path_buf(),
-            defects,
-        })
+        Err(Error::Invalid { path: path.to_path_buf(), defects })
     }
 
     /// Writes the trace in the encoding its suffix names (`.cbt` with default options, or
@@ -134,11 +137,7 @@ impl Trace {
 
     /// Writes the trace as `.cbt` with the given encodings and compression level. Refuses
     /// an invalid trace ([`Error::Invalid`]). The file appears whole or not at all.
-    pub fn write_cbt_with(
-        &self,
-        path: impl AsRef<Path>,
-        options: &CbtOptions,
-    ) -> Result<(), Error> {
+    pub fn write_cbt_with(&self, path: impl AsRef<Path>, options: &CbtOptions) -> Result<(), Error> {
         let path = path.as_ref();
         self.check_before_writing(path)?;
         let bytes = binary::encode(self, options, path)?;
@@ -179,24 +178,15 @@ impl Trace {
         if defects.is_empty() {
             Ok(())
         } else {
-            Err(Error::Invalid {
-                path: path.to_path_buf(),
-                defects,
-            })
+            Err(Error::Invalid { path: path.to_path_buf(), defects })
         }
     }
 }
 
 /// Writes a file through `write` into a temporary file beside `path`, then renames it over
 /// `path`, so that a reader (or a crash) never sees half a trace.
-fn write_whole(
-    path: &Path,
-    write: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<()>,
-) -> Result<(), Error> {
-    let io_error = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+fn write_whole(path: &Path, write: impl FnOnce(&mut BufWriter<fs::File>) -> io::Result<()>) -> Result<(), Error> {
+    let io_error = |source| Error::Io { path: path.to_path_buf(), source };
     let mut name = path.file_name().map(OsString::from).unwrap_or_default();
     name.push(format!(".tmp-{}", std::process::id()));
     let temporary = path.with_file_name(name);

@@ -41,15 +41,8 @@ pub struct Metadata {
     pub description: Option<String>,
 }
 
-const TOP_KEYS: [&str; 7] = [
-    "format_version",
-    "cell",
-    "duration_ms",
-    "start_sfn",
-    "source",
-    "provenance",
-    "description",
-];
+const TOP_KEYS: [&str; 7] =
+    ["format_version", "cell", "duration_ms", "start_sfn", "source", "provenance", "description"];
 const CELL_KEYS: [&str; 3] = ["bandwidth_mhz", "n_rb", "n_antennas"];
 
 impl Metadata {
@@ -92,11 +85,9 @@ impl Metadata {
                 let n_rb = integer(cell, "n_rb", "cell.n_rb", &mut defects);
                 let n_antennas = integer(cell, "n_antennas", "cell.n_antennas", &mut defects);
                 match (bandwidth_mhz, n_rb, n_antennas) {
-                    (Some(bandwidth_mhz), Some(n_rb), Some(n_antennas)) => Some(Cell {
-                        bandwidth_mhz,
-                        n_rb,
-                        n_antennas,
-                    }),
+                    (Some(bandwidth_mhz), Some(n_rb), Some(n_antennas)) => {
+                        Some(Cell { bandwidth_mhz, n_rb, n_antennas })
+                    }
                     _ => None,
                 }
             }
@@ -104,30 +95,12 @@ impl Metadata {
             None => missing("cell", &mut defects),
         };
 
-        match (
-            format_version,
-            cell,
-            duration_ms,
-            start_sfn,
-            source,
-            provenance,
-        ) {
-            (
-                Some(format_version),
-                Some(cell),
-                Some(duration_ms),
-                Some(start_sfn),
-                Some(source),
-                Some(provenance),
-            ) if defects.is_empty() => Ok(Metadata {
-                format_version,
-                cell,
-                duration_ms,
-                start_sfn,
-                source,
-                provenance,
-                description,
-            }),
+        match (format_version, cell, duration_ms, start_sfn, source, provenance) {
+            (Some(format_version), Some(cell), Some(duration_ms), Some(start_sfn), Some(source), Some(provenance))
+                if defects.is_empty() =>
+            {
+                Ok(Metadata { format_version, cell, duration_ms, start_sfn, source, provenance, description })
+            }
             _ => Err(defects),
         }
     }
@@ -165,62 +138,37 @@ impl Metadata {
     pub fn validate(&self) -> Vec<Defect> {
         let mut defects = Vec::new();
         if self.format_version != FORMAT_VERSION {
-            defects.push(Defect::new(
-                "format_version",
-                format!("is {}, must be {FORMAT_VERSION}", self.format_version),
-            ));
+            defects
+                .push(Defect::new("format_version", format!("is {}, must be {FORMAT_VERSION}", self.format_version)));
         }
         match lte::bandwidth::n_rb_for_mhz(self.cell.bandwidth_mhz) {
             None => defects.push(Defect::new(
                 "cell.bandwidth_mhz",
-                format!(
-                    "is {}, must be 1.4, 3, 5, 10, 15 or 20",
-                    self.cell.bandwidth_mhz
-                ),
+                format!("is {}, must be 1.4, 3, 5, 10, 15 or 20", self.cell.bandwidth_mhz),
             )),
             Some(n_rb) if n_rb != self.cell.n_rb => defects.push(Defect::new(
                 "cell.n_rb",
-                format!(
-                    "is {}, but a {} MHz cell has {n_rb}",
-                    self.cell.n_rb, self.cell.bandwidth_mhz
-                ),
+                format!("is {}, but a {} MHz cell has {n_rb}", self.cell.n_rb, self.cell.bandwidth_mhz),
             )),
             Some(_) => {}
         }
         if lte::bandwidth::mhz_for_n_rb(self.cell.n_rb).is_none() {
-            defects.push(Defect::new(
-                "cell.n_rb",
-                format!("is {}, must be 6, 15, 25, 50, 75 or 100", self.cell.n_rb),
-            ));
+            defects.push(Defect::new("cell.n_rb", format!("is {}, must be 6, 15, 25, 50, 75 or 100", self.cell.n_rb)));
         }
         if lte::rsrq::n_ref(self.cell.n_antennas).is_none() {
-            defects.push(Defect::new(
-                "cell.n_antennas",
-                format!("is {}, must be 1 or 2", self.cell.n_antennas),
-            ));
+            defects.push(Defect::new("cell.n_antennas", format!("is {}, must be 1 or 2", self.cell.n_antennas)));
         }
         if self.start_sfn > MAX_SFN {
-            defects.push(Defect::new(
-                "start_sfn",
-                format!("is {}, must be 0..={MAX_SFN}", self.start_sfn),
-            ));
+            defects.push(Defect::new("start_sfn", format!("is {}, must be 0..={MAX_SFN}", self.start_sfn)));
         }
         if self.source.is_empty() || self.source.chars().any(char::is_whitespace) {
-            defects.push(Defect::new(
-                "source",
-                format!("is {:?}, must be one short word", self.source),
-            ));
+            defects.push(Defect::new("source", format!("is {:?}, must be one short word", self.source)));
         }
         defects
     }
 }
 
-fn unknown_keys(
-    object: &Map<String, Value>,
-    known: &[&str],
-    prefix: &str,
-    defects: &mut Vec<Defect>,
-) {
+fn unknown_keys(object: &Map<String, Value>, known: &[&str], prefix: &str, defects: &mut Vec<Defect>) {
     for key in object.keys().filter(|k| !known.contains(&k.as_str())) {
         defects.push(Defect::new(
             format!("{prefix}{key}"),
@@ -240,12 +188,7 @@ fn type_defect<T>(path: &str, expected: &str, defects: &mut Vec<Defect>) -> Opti
 }
 
 /// An unsigned integer that fits `T`, or a defect naming `path`.
-fn integer<T>(
-    object: &Map<String, Value>,
-    key: &str,
-    path: &str,
-    defects: &mut Vec<Defect>,
-) -> Option<T>
+fn integer<T>(object: &Map<String, Value>, key: &str, path: &str, defects: &mut Vec<Defect>) -> Option<T>
 where
     T: TryFrom<u64> + num_bounds::Max,
 {

@@ -21,17 +21,11 @@ pub(crate) fn validate(trace: &Trace) -> Vec<Defect> {
     let mut defects = trace.metadata.validate();
     let rows = trace.metadata.duration_ms as usize;
     if rows == 0 {
-        defects.push(Defect::new(
-            "duration_ms",
-            "is 0, but a trace has at least one row",
-        ));
+        defects.push(Defect::new("duration_ms", "is 0, but a trace has at least one row"));
     }
     for (name, slice) in trace.columns.present() {
         if slice.len() != rows {
-            defects.push(Defect::new(
-                name.as_str(),
-                format!("has {} rows, but duration_ms says {rows}", slice.len()),
-            ));
+            defects.push(Defect::new(name.as_str(), format!("has {} rows, but duration_ms says {rows}", slice.len())));
         }
     }
 
@@ -43,74 +37,28 @@ pub(crate) fn validate(trace: &Trace) -> Vec<Defect> {
         "t_ms",
         c.t_ms.iter().copied(),
         |row, t| t as usize == row,
-        |row| {
-            format!(
-                "must equal the row number {row}: rows are contiguous 1 ms subframes from t_ms 0"
-            )
-        },
+        |row| format!("must equal the row number {row}: rows are contiguous 1 ms subframes from t_ms 0"),
     );
-    check(
-        d,
-        "mcs",
-        c.mcs.iter().copied(),
-        |_, v| v <= MAX_MCS,
-        |_| format!("must be 0..={MAX_MCS}"),
-    );
-    check(
-        d,
-        "other_rbs",
-        c.other_rbs.iter().copied(),
-        |_, v| v <= n_rb,
-        |_| format!("must be 0..=n_rb ({n_rb})"),
-    );
+    check(d, "mcs", c.mcs.iter().copied(), |_, v| v <= MAX_MCS, |_| format!("must be 0..={MAX_MCS}"));
+    check(d, "other_rbs", c.other_rbs.iter().copied(), |_, v| v <= n_rb, |_| format!("must be 0..=n_rb ({n_rb})"));
     if let Some(v) = &c.harq_fail {
-        check(
-            d,
-            "harq_fail",
-            v.iter().copied(),
-            |_, v| v <= 1,
-            |_| "must be 0 or 1".into(),
-        );
+        check(d, "harq_fail", v.iter().copied(), |_, v| v <= 1, |_| "must be 0 or 1".into());
     }
     if let Some(v) = &c.bler {
-        check(
-            d,
-            "bler",
-            v.iter().copied(),
-            |_, v| (0.0..=1.0).contains(&v),
-            |_| "must be 0.0..=1.0".into(),
-        );
+        check(d, "bler", v.iter().copied(), |_, v| (0.0..=1.0).contains(&v), |_| "must be 0.0..=1.0".into());
         if c.harq_fail.is_some() {
-            d.push(Defect::new(
-                "bler",
-                "a trace carries harq_fail or bler, not both",
-            ));
+            d.push(Defect::new("bler", "a trace carries harq_fail or bler, not both"));
         }
     }
     if let Some(v) = &c.layers {
-        check(
-            d,
-            "layers",
-            v.iter().copied(),
-            |_, v| v == 1 || v == 2,
-            |_| "must be 1 or 2".into(),
-        );
+        check(d, "layers", v.iter().copied(), |_, v| v == 1 || v == 2, |_| "must be 1 or 2".into());
     }
     if let Some(v) = &c.rsrp_dbm {
         check_range(d, "rsrp_dbm", v, RSRP_DBM);
     }
     if let Some(own) = &c.own_rbs {
-        check(
-            d,
-            "own_rbs",
-            own.iter().copied(),
-            |_, v| v <= n_rb,
-            |_| format!("must be 0..=n_rb ({n_rb})"),
-        );
-        let total = own
-            .iter()
-            .zip(&c.other_rbs)
-            .map(|(&o, &b)| u16::from(o) + u16::from(b));
+        check(d, "own_rbs", own.iter().copied(), |_, v| v <= n_rb, |_| format!("must be 0..=n_rb ({n_rb})"));
+        let total = own.iter().zip(&c.other_rbs).map(|(&o, &b)| u16::from(o) + u16::from(b));
         check(
             d,
             "own_rbs",
@@ -120,25 +68,13 @@ pub(crate) fn validate(trace: &Trace) -> Vec<Defect> {
         );
     }
     if let Some(v) = &c.own_tbs_bits {
-        check(
-            d,
-            "own_tbs_bits",
-            v.iter().copied(),
-            |_, v| v <= MAX_BITS,
-            |_| format!("must be 0..={MAX_BITS}"),
-        );
+        check(d, "own_tbs_bits", v.iter().copied(), |_, v| v <= MAX_BITS, |_| format!("must be 0..={MAX_BITS}"));
     }
     if let Some(v) = &c.rsrq_db {
         check_range(d, "rsrq_db", v, RSRQ_DB);
     }
     if let Some(v) = &c.ul_capacity_bits {
-        check(
-            d,
-            "ul_capacity_bits",
-            v.iter().copied(),
-            |_, v| v <= MAX_BITS,
-            |_| format!("must be 0..={MAX_BITS}"),
-        );
+        check(d, "ul_capacity_bits", v.iter().copied(), |_, v| v <= MAX_BITS, |_| format!("must be 0..={MAX_BITS}"));
     }
     if let Some(v) = &c.core_delay_ms {
         check_range(d, "core_delay_ms", v, CORE_DELAY_MS);

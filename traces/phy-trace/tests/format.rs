@@ -13,8 +13,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("phy-trace-test-{}-{name}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("phy-trace-test-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -36,11 +35,7 @@ fn metadata(rows: u32) -> Metadata {
     provenance.insert("generator".into(), "test".into());
     Metadata {
         format_version: 1,
-        cell: Cell {
-            bandwidth_mhz: 10.0,
-            n_rb: 50,
-            n_antennas: 2,
-        },
+        cell: Cell { bandwidth_mhz: 10.0, n_rb: 50, n_antennas: 2 },
         duration_ms: rows,
         start_sfn: 1020,
         source: "synth".into(),
@@ -69,25 +64,14 @@ fn sample(rows: u32) -> Trace {
         ul_capacity_bits: Some((0..n).map(|i| (i % 5000) as u32 * 8).collect()),
         core_delay_ms: Some((0..n).map(|i| 20.0 + (i / 1000) as f32).collect()),
     };
-    Trace {
-        metadata: metadata(rows),
-        columns,
-    }
+    Trace { metadata: metadata(rows), columns }
 }
 
 /// A minimal valid trace: required columns only.
 fn minimal(rows: u32) -> Trace {
     let n = rows as usize;
-    let columns = Columns {
-        t_ms: (0..rows).collect(),
-        mcs: vec![20; n],
-        other_rbs: vec![10; n],
-        ..Columns::default()
-    };
-    Trace {
-        metadata: metadata(rows),
-        columns,
-    }
+    let columns = Columns { t_ms: (0..rows).collect(), mcs: vec![20; n], other_rbs: vec![10; n], ..Columns::default() };
+    Trace { metadata: metadata(rows), columns }
 }
 
 /// The JSON header and the blocks of a `.cbt` file.
@@ -126,21 +110,12 @@ fn block_offset(header: &Value, name: &str) -> usize {
 }
 
 fn all_raw() -> CbtOptions {
-    CbtOptions {
-        encodings: ColumnName::ALL
-            .iter()
-            .map(|&c| (c, Encoding::Raw))
-            .collect(),
-        ..CbtOptions::default()
-    }
+    CbtOptions { encodings: ColumnName::ALL.iter().map(|&c| (c, Encoding::Raw)).collect(), ..CbtOptions::default() }
 }
 
 fn defect_fields(error: Error) -> Vec<(String, Option<usize>, Option<usize>)> {
     match error {
-        Error::Invalid { defects, .. } => defects
-            .into_iter()
-            .map(|d| (d.field, d.row, d.line))
-            .collect(),
+        Error::Invalid { defects, .. } => defects.into_iter().map(|d| (d.field, d.row, d.line)).collect(),
         other => panic!("expected Error::Invalid, got {other:?}"),
     }
 }
@@ -154,10 +129,7 @@ fn cbt_round_trip() {
     assert_eq!(Trace::read(&path).unwrap(), trace);
     // The header's metadata is the metadata object of FORMAT.md, bandwidth as an integer.
     let (header, _) = split_cbt(&fs::read(&path).unwrap());
-    assert_eq!(
-        header["metadata"]["cell"],
-        json!({"bandwidth_mhz": 10, "n_rb": 50, "n_antennas": 2})
-    );
+    assert_eq!(header["metadata"]["cell"], json!({"bandwidth_mhz": 10, "n_rb": 50, "n_antennas": 2}));
     assert_eq!(header["columns"][0]["name"], "t_ms");
     assert_eq!(header["columns"][0]["encoding"], "delta-zstd");
 }
@@ -167,19 +139,12 @@ fn writing_leaves_only_the_finished_file() {
     let dir = Scratch::new("atomic");
     minimal(10).write_cbt(dir.path("t.cbt")).unwrap();
     minimal(10).write_csv(dir.path("t.csv")).unwrap();
-    let mut names: Vec<String> = fs::read_dir(&dir.0)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut names: Vec<String> =
+        fs::read_dir(&dir.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     assert_eq!(names, ["t.cbt", "t.csv"]);
-    let error = minimal(10)
-        .write_cbt(dir.path("missing/t.cbt"))
-        .unwrap_err();
-    assert!(
-        matches!(&error, Error::Io { path, .. } if path.ends_with("missing/t.cbt")),
-        "{error}"
-    );
+    let error = minimal(10).write_cbt(dir.path("missing/t.cbt")).unwrap_err();
+    assert!(matches!(&error, Error::Io { path, .. } if path.ends_with("missing/t.cbt")), "{error}");
 }
 
 #[test]
@@ -205,22 +170,10 @@ fn csv_and_cbt_convert_both_ways() {
     let dir = Scratch::new("convert");
     let trace = sample(2000);
     trace.write(dir.path("a.csv")).unwrap();
-    Trace::read(dir.path("a.csv"))
-        .unwrap()
-        .write(dir.path("b.cbt"))
-        .unwrap();
-    Trace::read(dir.path("b.cbt"))
-        .unwrap()
-        .write(dir.path("c.csv"))
-        .unwrap();
-    assert_eq!(
-        fs::read(dir.path("a.csv")).unwrap(),
-        fs::read(dir.path("c.csv")).unwrap()
-    );
-    assert!(matches!(
-        trace.write(dir.path("d.txt")),
-        Err(Error::NotATrace { .. })
-    ));
+    Trace::read(dir.path("a.csv")).unwrap().write(dir.path("b.cbt")).unwrap();
+    Trace::read(dir.path("b.cbt")).unwrap().write(dir.path("c.csv")).unwrap();
+    assert_eq!(fs::read(dir.path("a.csv")).unwrap(), fs::read(dir.path("c.csv")).unwrap());
+    assert!(matches!(trace.write(dir.path("d.txt")), Err(Error::NotATrace { .. })));
 }
 
 #[test]
@@ -232,33 +185,15 @@ fn every_encoding_round_trips() {
             .iter()
             .map(|&c| {
                 let float = c.dtype() == phy_trace::Dtype::F32;
-                (
-                    c,
-                    if float && encoding == Encoding::DeltaZstd {
-                        Encoding::Zstd
-                    } else {
-                        encoding
-                    },
-                )
+                (c, if float && encoding == Encoding::DeltaZstd { Encoding::Zstd } else { encoding })
             })
             .collect();
         let path = dir.path(&format!("{}.cbt", encoding.as_str()));
-        trace
-            .write_cbt_with(
-                &path,
-                &CbtOptions {
-                    zstd_level: 1,
-                    encodings,
-                },
-            )
-            .unwrap();
+        trace.write_cbt_with(&path, &CbtOptions { zstd_level: 1, encodings }).unwrap();
         let (header, blocks) = split_cbt(&fs::read(&path).unwrap());
         assert_eq!(header["columns"][1]["encoding"], encoding.as_str());
         if encoding == Encoding::Raw {
-            assert_eq!(
-                blocks.len(),
-                4000 * (4 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4)
-            );
+            assert_eq!(blocks.len(), 4000 * (4 + 1 + 1 + 1 + 4 + 1 + 4 + 1 + 4 + 4 + 4 + 4));
         }
         assert_eq!(Trace::read(&path).unwrap(), trace, "{}", encoding.as_str());
     }
@@ -268,28 +203,18 @@ fn every_encoding_round_trips() {
 fn delta_zstd_is_refused_for_a_float_column() {
     let dir = Scratch::new("delta-float");
     let options = CbtOptions {
-        encodings: [(ColumnName::Bler, Encoding::DeltaZstd)]
-            .into_iter()
-            .collect(),
+        encodings: [(ColumnName::Bler, Encoding::DeltaZstd)].into_iter().collect(),
         ..CbtOptions::default()
     };
-    let error = sample(10)
-        .write_cbt_with(dir.path("t.cbt"), &options)
-        .unwrap_err();
-    assert!(
-        matches!(&error, Error::Column { column, .. } if column == "bler"),
-        "{error}"
-    );
+    let error = sample(10).write_cbt_with(dir.path("t.cbt"), &options).unwrap_err();
+    assert!(matches!(&error, Error::Column { column, .. } if column == "bler"), "{error}");
 
     // And a file claiming it is rejected on reading.
     let path = dir.path("u.cbt");
     sample(10).write_cbt(&path).unwrap();
     edit_header(&path, |h| h["columns"][4]["encoding"] = "delta-zstd".into());
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Column { column, .. } if column == "bler"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Column { column, .. } if column == "bler"), "{error}");
 }
 
 #[test]
@@ -304,15 +229,9 @@ fn corrupted_block_fails_its_crc() {
     blocks[at] ^= 1;
     fs::write(&path, join_cbt(&header, &blocks)).unwrap();
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Crc { column, .. } if column == "mcs"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Crc { column, .. } if column == "mcs"), "{error}");
     let message = error.to_string();
-    assert!(
-        message.contains("t.cbt") && message.contains("`mcs`"),
-        "{message}"
-    );
+    assert!(message.contains("t.cbt") && message.contains("`mcs`"), "{message}");
 
     // A compressed block: the CRC recorded in the header no longer matches.
     sample(1000).write_cbt(&path).unwrap();
@@ -321,10 +240,7 @@ fn corrupted_block_fails_its_crc() {
         h["columns"][2]["crc32"] = (crc ^ 0x8000_0000).into();
     });
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Crc { column, .. } if column == "other_rbs"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Crc { column, .. } if column == "other_rbs"), "{error}");
 }
 
 #[test]
@@ -354,24 +270,15 @@ fn truncated_file() {
 
     fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Truncated { part, .. } if part == "column `core_delay_ms`"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Truncated { part, .. } if part == "column `core_delay_ms`"), "{error}");
 
     fs::write(&path, &bytes[..40]).unwrap();
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Truncated { part, .. } if part == "JSON header"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Truncated { part, .. } if part == "JSON header"), "{error}");
 
     fs::write(&path, &bytes[..10]).unwrap();
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Truncated { part, .. } if part == "fixed header"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Truncated { part, .. } if part == "fixed header"), "{error}");
 }
 
 #[test]
@@ -382,10 +289,7 @@ fn trailing_bytes() {
     let mut bytes = fs::read(&path).unwrap();
     bytes.extend_from_slice(b"xyz");
     fs::write(&path, bytes).unwrap();
-    assert!(matches!(
-        Trace::read(&path),
-        Err(Error::TrailingBytes { extra: 3, .. })
-    ));
+    assert!(matches!(Trace::read(&path), Err(Error::TrailingBytes { extra: 3, .. })));
 }
 
 #[test]
@@ -402,10 +306,7 @@ fn bad_magic() {
     fs::write(&other, &bytes).unwrap();
     assert!(matches!(Trace::read(&other), Err(Error::NotATrace { .. })));
     fs::write(dir.path("t.csv"), "t_ms,mcs,other_rbs\n0,1,2\n").unwrap();
-    assert!(matches!(
-        Trace::read(dir.path("t.csv")),
-        Err(Error::NotATrace { .. })
-    ));
+    assert!(matches!(Trace::read(dir.path("t.csv")), Err(Error::NotATrace { .. })));
 }
 
 #[test]
@@ -428,30 +329,18 @@ fn wrong_version() {
     let mut bytes = fs::read(&path).unwrap();
     bytes[8] = 2;
     fs::write(&path, &bytes).unwrap();
-    assert!(matches!(
-        Trace::read(&path),
-        Err(Error::UnsupportedVersion { version: 2, .. })
-    ));
+    assert!(matches!(Trace::read(&path), Err(Error::UnsupportedVersion { version: 2, .. })));
 
     let csv = dir.path("t.csv");
     minimal(10).write_csv(&csv).unwrap();
-    let text =
-        fs::read_to_string(&csv)
-            .unwrap()
-            .replacen("# clawbed-trace 1", "# clawbed-trace 2", 1);
+    let text = fs::read_to_string(&csv).unwrap().replacen("# clawbed-trace 1", "# clawbed-trace 2", 1);
     fs::write(&csv, text).unwrap();
-    assert!(matches!(
-        Trace::read(&csv),
-        Err(Error::UnsupportedVersion { version: 2, .. })
-    ));
+    assert!(matches!(Trace::read(&csv), Err(Error::UnsupportedVersion { version: 2, .. })));
 
     // The metadata's own format_version must be 1 too.
     minimal(10).write_cbt(&path).unwrap();
     edit_header(&path, |h| h["metadata"]["format_version"] = 2.into());
-    assert_eq!(
-        defect_fields(Trace::read(&path).unwrap_err()),
-        [("format_version".into(), None, None)]
-    );
+    assert_eq!(defect_fields(Trace::read(&path).unwrap_err()), [("format_version".into(), None, None)]);
 }
 
 #[test]
@@ -461,10 +350,7 @@ fn unknown_column() {
     sample(10).write_cbt(&path).unwrap();
     edit_header(&path, |h| h["columns"][5]["name"] = "layer".into());
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::UnknownColumn { column, line: None, .. } if column == "layer"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::UnknownColumn { column, line: None, .. } if column == "layer"), "{error}");
 
     let csv = dir.path("t.csv");
     fs::write(
@@ -474,10 +360,7 @@ fn unknown_column() {
     )
     .unwrap();
     let error = Trace::read(&csv).unwrap_err();
-    assert!(
-        matches!(&error, Error::UnknownColumn { column, line: Some(3), .. } if column == "mcs_idx"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::UnknownColumn { column, line: Some(3), .. } if column == "mcs_idx"), "{error}");
     assert!(error.to_string().contains("line 3"), "{error}");
 }
 
@@ -488,26 +371,17 @@ fn header_dtype_must_match_the_column() {
     minimal(10).write_cbt(&path).unwrap();
     edit_header(&path, |h| h["columns"][1]["dtype"] = "u16".into());
     let error = Trace::read(&path).unwrap_err();
-    assert!(
-        matches!(&error, Error::Column { column, .. } if column == "mcs"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Column { column, .. } if column == "mcs"), "{error}");
 }
 
 #[test]
 fn missing_required_column() {
     let dir = Scratch::new("required");
     let csv = dir.path("t.csv");
-    let text = format!(
-        "# clawbed-trace 1\n# {}\nt_ms,mcs\n0,1\n",
-        metadata(1).to_json()
-    );
+    let text = format!("# clawbed-trace 1\n# {}\nt_ms,mcs\n0,1\n", metadata(1).to_json());
     fs::write(&csv, text).unwrap();
     let error = Trace::read(&csv).unwrap_err();
-    assert!(
-        matches!(&error, Error::Csv { column: Some(c), line: 3, .. } if c == "other_rbs"),
-        "{error}"
-    );
+    assert!(matches!(&error, Error::Csv { column: Some(c), line: 3, .. } if c == "other_rbs"), "{error}");
 }
 
 #[test]
@@ -526,10 +400,7 @@ fn gap_in_t_ms() {
     let text = fs::read_to_string(&csv).unwrap().replace("\n5,", "\n6,");
     fs::write(&csv, text).unwrap();
     let error = Trace::read(&csv).unwrap_err();
-    assert!(
-        error.to_string().contains("t_ms, row 5 (line 9): is 6"),
-        "{error}"
-    );
+    assert!(error.to_string().contains("t_ms, row 5 (line 9): is 6"), "{error}");
     assert_eq!(defect_fields(error), [("t_ms".into(), Some(5), Some(9))]);
 
     // A repeat in a .cbt file.
@@ -539,10 +410,7 @@ fn gap_in_t_ms() {
     blocks[12..16].copy_from_slice(&2u32.to_le_bytes());
     header["columns"][0]["crc32"] = crc32fast::hash(&blocks[..80]).into();
     fs::write(&path, join_cbt(&header, &blocks)).unwrap();
-    assert_eq!(
-        defect_fields(Trace::read(&path).unwrap_err()),
-        [("t_ms".into(), Some(3), None)]
-    );
+    assert_eq!(defect_fields(Trace::read(&path).unwrap_err()), [("t_ms".into(), Some(3), None)]);
 }
 
 #[test]
@@ -558,8 +426,7 @@ fn validate_reports_every_defect() {
     trace.columns.own_tbs_bits.as_mut().unwrap()[9] = (1 << 24) + 1;
     trace.columns.other_rbs.pop();
     let defects = trace.validate();
-    let found: Vec<(&str, Option<usize>)> =
-        defects.iter().map(|d| (d.field.as_str(), d.row)).collect();
+    let found: Vec<(&str, Option<usize>)> = defects.iter().map(|d| (d.field.as_str(), d.row)).collect();
     for expected in [
         ("cell.n_rb", None),
         ("start_sfn", None),
@@ -592,10 +459,7 @@ fn metadata_defects_are_all_reported() {
         m["cell"]["n_antennas"] = "two".into();
     });
     let error = Trace::read(&path).unwrap_err();
-    let fields: Vec<String> = defect_fields(error)
-        .into_iter()
-        .map(|(f, _, _)| f)
-        .collect();
+    let fields: Vec<String> = defect_fields(error).into_iter().map(|(f, _, _)| f).collect();
     assert_eq!(fields, ["descripton", "source", "cell.n_antennas"]);
 }
 
@@ -613,95 +477,40 @@ fn duration_must_match_rows() {
     assert_eq!(fields.len(), 3);
     // A metadata defect points at the metadata line.
     minimal(10).write_csv(&csv).unwrap();
-    let text = fs::read_to_string(&csv)
-        .unwrap()
-        .replace("\"start_sfn\":1020", "\"start_sfn\":1024");
+    let text = fs::read_to_string(&csv).unwrap().replace("\"start_sfn\":1020", "\"start_sfn\":1024");
     fs::write(&csv, text).unwrap();
-    assert_eq!(
-        defect_fields(Trace::read(&csv).unwrap_err()),
-        [("start_sfn".into(), None, Some(2))]
-    );
+    assert_eq!(defect_fields(Trace::read(&csv).unwrap_err()), [("start_sfn".into(), None, Some(2))]);
 }
 
 #[test]
 fn csv_errors_name_line_and_column() {
     let dir = Scratch::new("csv-errors");
     let csv = dir.path("t.csv");
-    let head = format!(
-        "# clawbed-trace 1\n# {}\nt_ms, mcs ,other_rbs,bler\n",
-        metadata(3).to_json()
-    );
+    let head = format!("# clawbed-trace 1\n# {}\nt_ms, mcs ,other_rbs,bler\n", metadata(3).to_json());
     let cases = [
-        (
-            "0,20,1,0.1\n1,abc,1,0.1\n2,20,1,0.1\n",
-            5,
-            Some("mcs"),
-            "`abc` is not a non-negative integer",
-        ),
-        (
-            "0,20,1,0.1\n1,20,300,0.1\n2,20,1,0.1\n",
-            5,
-            Some("other_rbs"),
-            "`300` is too large for u8",
-        ),
-        (
-            "0,20,1,0.1\n1,20,-1,0.1\n2,20,1,0.1\n",
-            5,
-            Some("other_rbs"),
-            "`-1` is not a non-negative integer",
-        ),
-        (
-            "0,20,1,0.1\n1,20,1\n2,20,1,0.1\n",
-            5,
-            Some("bler"),
-            "expected 4 fields",
-        ),
-        (
-            "0,20,1,0.1\n1,20,1,0.1,9\n",
-            5,
-            None,
-            "more than the 4 fields of line 3",
-        ),
-        (
-            "0,20,1,0.1\n\n1,20,1,0.1\n",
-            5,
-            None,
-            "empty line among the rows",
-        ),
+        ("0,20,1,0.1\n1,abc,1,0.1\n2,20,1,0.1\n", 5, Some("mcs"), "`abc` is not a non-negative integer"),
+        ("0,20,1,0.1\n1,20,300,0.1\n2,20,1,0.1\n", 5, Some("other_rbs"), "`300` is too large for u8"),
+        ("0,20,1,0.1\n1,20,-1,0.1\n2,20,1,0.1\n", 5, Some("other_rbs"), "`-1` is not a non-negative integer"),
+        ("0,20,1,0.1\n1,20,1\n2,20,1,0.1\n", 5, Some("bler"), "expected 4 fields"),
+        ("0,20,1,0.1\n1,20,1,0.1,9\n", 5, None, "more than the 4 fields of line 3"),
+        ("0,20,1,0.1\n\n1,20,1,0.1\n", 5, None, "empty line among the rows"),
         ("0,20,1,x\n", 4, Some("bler"), "`x` is not a number"),
     ];
     for (rows, line, column, message) in cases {
         fs::write(&csv, format!("{head}{rows}")).unwrap();
         match Trace::read(&csv).unwrap_err() {
-            Error::Csv {
-                line: l,
-                column: c,
-                message: m,
-                ..
-            } => {
-                assert_eq!(
-                    (l, c.as_deref(), m.as_str()),
-                    (line, column, message),
-                    "{rows:?}"
-                );
+            Error::Csv { line: l, column: c, message: m, .. } => {
+                assert_eq!((l, c.as_deref(), m.as_str()), (line, column, message), "{rows:?}");
             }
             other => panic!("{rows:?}: {other}"),
         }
     }
     // Spaces around fields, CRLF line ends, exponents and trailing blank lines are fine.
-    fs::write(
-        &csv,
-        format!("{head}0, 20,1,1e-1\r\n1,20,1 , 0.1\r\n2,20,1,1.0E-1\n\n\n"),
-    )
-    .unwrap();
+    fs::write(&csv, format!("{head}0, 20,1,1e-1\r\n1,20,1 , 0.1\r\n2,20,1,1.0E-1\n\n\n")).unwrap();
     let trace = Trace::read(&csv).unwrap();
     assert_eq!(trace.columns.bler, Some(vec![0.1; 3]));
 
-    fs::write(
-        &csv,
-        format!("{head}0,20,1,0.1\n").replace("\n# {", "\n# {oops"),
-    )
-    .unwrap();
+    fs::write(&csv, format!("{head}0,20,1,0.1\n").replace("\n# {", "\n# {oops")).unwrap();
     assert!(matches!(Trace::read(&csv), Err(Error::Csv { line: 2, .. })));
 }
 
@@ -721,54 +530,24 @@ fn cbtrace_summary_and_convert() {
     let trace = sample(1000);
     let path = dir.path("t.cbt");
     trace.write_cbt(&path).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace"))
-        .arg("summary")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace")).arg("summary").arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["rows"], 1000);
     assert_eq!(summary["metadata"], trace.metadata.to_json());
-    assert_eq!(
-        summary["columns"]["t_ms"],
-        json!({"sum": 499_500, "min": 0, "max": 999})
-    );
+    assert_eq!(summary["columns"]["t_ms"], json!({"sum": 499_500, "min": 0, "max": 999}));
     // The float sum is math.fsum of the f32 values: Python computes the same number.
-    assert_eq!(
-        summary["columns"]["bler"],
-        json!({"sum": 450.0000022351742, "min": 0.0, "max": 0.8999999761581421})
-    );
+    assert_eq!(summary["columns"]["bler"], json!({"sum": 450.0000022351742, "min": 0.0, "max": 0.8999999761581421}));
     assert_eq!(summary["columns"].as_object().unwrap().len(), 12);
     assert!(summary["load_seconds"].as_f64().unwrap() >= 0.0);
 
     let csv = dir.path("t.csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace"))
-        .arg("convert")
-        .arg(&path)
-        .arg(&csv)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace")).arg("convert").arg(&path).arg(&csv).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(Trace::read(&csv).unwrap(), trace);
 
-    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace"))
-        .arg("summary")
-        .arg(dir.path("none.cbt"))
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace")).arg("summary").arg(dir.path("none.cbt")).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace"))
-        .arg("frobnicate")
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cbtrace")).arg("frobnicate").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

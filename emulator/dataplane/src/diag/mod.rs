@@ -14,11 +14,13 @@
 //! never delays the others or the cell. The transport is documented in `../DIAG_FEED.md`.
 
 pub mod lines;
+pub mod mi2log;
+mod pty;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,8 +30,11 @@ use cell::DiagRecord;
 use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
-use crate::error::{check_os, is_transient, Context, Result};
+use crate::error::{is_transient, Context, Result};
 use crate::netns::Namespace;
+use crate::sys;
+
+use self::mi2log::{Mi2logConfig, Mi2logCounters, Mi2logEndpoint, Mi2logFeed};
 
 /// How often the diag files are flushed at least.
 pub const FILE_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
@@ -50,8 +55,10 @@ pub const QUEUE_SUBFRAMES: usize = 2_000;
 /// Emptied record vectors kept for reuse.
 const SPARE_BATCHES: usize = 64;
 
-/// Epoll token of the eventfd; a listener's token is its UE number.
+/// Epoll token of the eventfd; a listener's token is its UE number (with this bit for the
+/// UE's mi2log listener).
 const WAKE_TOKEN: u64 = u64::MAX;
+const MI2LOG_TOKEN: u64 = 1 << 32;
 
 /// One subframe's diag records, one per UE, as the cell thread hands them over.
 #[derive(Debug)]
@@ -82,14 +89,11 @@ pub struct DiagQueue {
 impl DiagQueue {
     /// An empty queue; `file`: whether the diag files are written.
     pub fn new(file: bool) -> Result<DiagQueue> {
-        // SAFETY: plain syscall; the descriptor is checked and owned.
-        let raw = check_os(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })
-            .context(|| "creating the diag thread's eventfd".into())?;
+        let wake = sys::eventfd().context(|| "creating the diag thread's eventfd".into())?;
         Ok(DiagQueue {
             batches: ArrayQueue::new(QUEUE_SUBFRAMES),
             spare: ArrayQueue::new(SPARE_BATCHES),
-            // SAFETY: `raw` is a descriptor we own from here on.
-            wake: unsafe { OwnedFd::from_raw_fd(raw) },
+            wake,
             file,
             subscribers: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -127,17 +131,12 @@ impl DiagQueue {
     }
 
     fn wake(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer. A full counter (never, in practice)
-        // only means the thread is already due to wake.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        sys::eventfd_ring(&self.wake);
     }
 
     /// Resets the eventfd after a wake-up.
     fn clear_wake(&self) {
-        let mut buf = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a live buffer; the descriptor is non-blocking.
-        unsafe { libc::read(self.wake.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        sys::eventfd_clear(&self.wake);
     }
 }
 
@@ -152,6 +151,8 @@ pub struct DiagCounters {
     pub subscribers_dropped_slow: Vec<u64>,
     /// Whether the diag files were written.
     pub file: bool,
+    /// The mi2log feed's counters, per UE.
+    pub mi2log: Vec<Mi2logCounters>,
 }
 
 struct Subscriber {
@@ -189,6 +190,8 @@ struct Feed {
     listener: TcpListener,
     subscribers: Vec<Subscriber>,
     file: Option<BufWriter<File>>,
+    /// The same feed as diag log packets (`mi2log.rs`).
+    mi2log: Mi2logFeed,
 }
 
 impl Feed {
@@ -213,22 +216,26 @@ pub struct DiagServer {
 }
 
 /// Where one UE's feed listens.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct DiagEndpoint {
     /// TCP port on 127.0.0.1 inside the UE's namespace.
     pub port: u16,
+    /// Where the mi2log feed is served.
+    pub mi2log: Mi2logEndpoint,
 }
 
 impl DiagServer {
     /// Binds 127.0.0.1:`port` inside each UE's namespace (port 0: any free port) and, if
     /// `file`, creates `diag-ue<N>.jsonl` in `output_dir`. `ues` pairs each UE's namespace
     /// with its port.
-    pub fn bind(ues: &[(&Namespace, u16)], output_dir: &Path, file: bool) -> Result<(DiagServer, Vec<DiagEndpoint>)> {
-        // SAFETY: plain syscall; the descriptor is checked and owned.
-        let raw = check_os(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })
-            .context(|| "creating the epoll instance of the diag thread".into())?;
-        // SAFETY: `raw` is a descriptor we own from here on.
-        let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+    /// `mi2log`: the mi2log feed's settings (`diag-ue<N>.mi2log`, port, pty).
+    pub fn bind(
+        ues: &[(&Namespace, u16)],
+        output_dir: &Path,
+        file: bool,
+        mi2log: &Mi2logConfig,
+    ) -> Result<(DiagServer, Vec<DiagEndpoint>)> {
+        let epoll = sys::epoll_create().context(|| "creating the epoll instance of the diag thread".into())?;
         let mut feeds = Vec::with_capacity(ues.len());
         let mut endpoints = Vec::with_capacity(ues.len());
         for (i, &(ns, port)) in ues.iter().enumerate() {
@@ -247,8 +254,13 @@ impl DiagServer {
             } else {
                 None
             };
-            feeds.push(Feed { listener, subscribers: Vec::new(), file });
-            endpoints.push(DiagEndpoint { port });
+            let (mi2log, mi2log_at) = Mi2logFeed::open(i, ns, port, output_dir, file.is_some(), mi2log)?;
+            if let Some(fd) = mi2log.listener_fd() {
+                watch(&epoll, fd, MI2LOG_TOKEN | i as u64)
+                    .context(|| format!("watching the UE {i} mi2log listener"))?;
+            }
+            feeds.push(Feed { listener, subscribers: Vec::new(), file, mi2log });
+            endpoints.push(DiagEndpoint { port, mi2log: mi2log_at });
         }
         Ok((DiagServer { feeds, epoll }, endpoints))
     }
@@ -263,30 +275,33 @@ impl DiagServer {
             subscribers_accepted: vec![0; n],
             subscribers_dropped_slow: vec![0; n],
             file: queue.file,
+            mi2log: vec![Mi2logCounters::default(); n],
         };
+        // A pty is a standing subscriber: whether anyone reads it shows only as it is written.
+        let ptys = self.feeds.iter().filter(|f| f.mi2log.has_pty()).count();
+        queue.subscribers.fetch_add(ptys, Ordering::Relaxed);
         if let Err(e) = watch(&self.epoll, queue.wake.as_raw_fd(), WAKE_TOKEN) {
             // Without the eventfd the thread still wakes every poll interval.
             eprintln!("clawbed-emu: warning: watching the diag eventfd: {e}");
         }
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; n + 1];
+        let mut events = sys::epoll_events(2 * n + 1);
         let mut line = Vec::with_capacity(4096);
         let mut last_flush = Instant::now();
         loop {
             let closed = queue.closed.load(Ordering::SeqCst);
-            let backlog = self.feeds.iter().any(|f| f.subscribers.iter().any(|s| s.backlog_bytes() > 0));
+            let backlog =
+                self.feeds.iter().any(|f| f.subscribers.iter().any(|s| s.backlog_bytes() > 0) || f.mi2log.backlog());
             let timeout = if backlog { BACKLOG_POLL } else { FILE_POLL };
-            // SAFETY: `events` has room for `events.len()` entries.
-            let ready = unsafe {
-                libc::epoll_wait(
-                    self.epoll.as_raw_fd(),
-                    events.as_mut_ptr(),
-                    events.len() as i32,
-                    timeout.as_millis() as i32,
-                )
-            };
-            for event in &events[..ready.max(0) as usize] {
-                match event.u64 {
+            let ready = sys::epoll_wait(&self.epoll, &mut events, timeout.as_millis() as i32);
+            for event in &events[..ready] {
+                let token = event.u64;
+                match token {
                     WAKE_TOKEN => queue.clear_wake(),
+                    token if token & MI2LOG_TOKEN != 0 => {
+                        if let Some(feed) = self.feeds.get_mut((token & !MI2LOG_TOKEN) as usize) {
+                            queue.subscribers.fetch_add(feed.mi2log.accept(), Ordering::Relaxed);
+                        }
+                    }
                     ue => self.accept(ue as usize, &queue, &mut counters),
                 }
             }
@@ -305,6 +320,9 @@ impl DiagServer {
             }
         }
         self.flush_files();
+        for (ue, feed) in self.feeds.iter().enumerate() {
+            counters.mi2log[ue] = feed.mi2log.counters;
+        }
         counters
     }
 
@@ -315,6 +333,7 @@ impl DiagServer {
         for record in &batch.records {
             let ue = record.ue.index();
             let Some(feed) = self.feeds.get_mut(ue) else { continue };
+            feed.mi2log.push_record(t, record, with_stats);
             if feed.file.is_none() && feed.subscribers.is_empty() {
                 continue;
             }
@@ -354,6 +373,7 @@ impl DiagServer {
 
     fn pump_all(&mut self, queue: &DiagQueue, counters: &mut DiagCounters) {
         for (ue, feed) in self.feeds.iter_mut().enumerate() {
+            queue.subscribers.fetch_sub(feed.mi2log.pump(), Ordering::Relaxed);
             feed.subscribers.retain_mut(|sub| {
                 let keep = if sub.pump().is_err() {
                     false
@@ -372,15 +392,16 @@ impl DiagServer {
     }
 
     fn flush_files(&mut self) {
-        for file in self.feeds.iter_mut().filter_map(|f| f.file.as_mut()) {
-            let _ = file.flush();
+        for feed in &mut self.feeds {
+            if let Some(file) = &mut feed.file {
+                let _ = file.flush();
+            }
+            feed.mi2log.flush();
         }
     }
 }
 
 /// Adds `fd` to `epoll` for input, with `token`.
 fn watch(epoll: &OwnedFd, fd: libc::c_int, token: u64) -> io::Result<()> {
-    let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
-    // SAFETY: both descriptors are open; `event` lives for the call.
-    check_os(unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) }).map(drop)
+    sys::epoll_watch(epoll, fd, token)
 }

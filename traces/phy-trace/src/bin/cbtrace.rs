@@ -12,6 +12,8 @@
 //! integer sums are exact, float sums are the correctly rounded sum of the f32 values taken
 //! as f64 (what Python's `math.fsum` returns), so the two sides can compare exactly.
 
+#![forbid(unsafe_code)]
+
 use std::env;
 use std::ffi::OsString;
 use std::fs;
@@ -169,12 +171,7 @@ fn bench(rows: u32) -> Result<(), String> {
     // The file is scratch: remove it whatever happened (it may not exist).
     let _ = fs::remove_file(&path);
     let (file_bytes, write_seconds, load_seconds) = result?;
-    let names: Vec<&str> = trace
-        .columns
-        .present()
-        .iter()
-        .map(|(name, _)| name.as_str())
-        .collect();
+    let names: Vec<&str> = trace.columns.present().iter().map(|(name, _)| name.as_str()).collect();
     let out = json!({
         "rows": rows,
         "columns": names,
@@ -192,19 +189,14 @@ fn time_round_trip(trace: &Trace, path: &Path) -> Result<(u64, f64, Vec<f64>), S
     let start = Instant::now();
     trace.write_cbt(path).map_err(|e| e.to_string())?;
     let write_seconds = start.elapsed().as_secs_f64();
-    let file_bytes = fs::metadata(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .len();
+    let file_bytes = fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
     let mut load_seconds = Vec::with_capacity(BENCH_READS);
     for _ in 0..BENCH_READS {
         let start = Instant::now();
         let read = Trace::read(path).map_err(|e| e.to_string())?;
         load_seconds.push(start.elapsed().as_secs_f64());
         if read != *trace {
-            return Err(format!(
-                "{}: read back differs from what was written",
-                path.display()
-            ));
+            return Err(format!("{}: read back differs from what was written", path.display()));
         }
     }
     Ok((file_bytes, write_seconds, load_seconds))
@@ -250,11 +242,7 @@ struct Runs {
 
 impl Runs {
     fn new(mean_ms: f64) -> Runs {
-        Runs {
-            value: 0,
-            left: 0,
-            mean_ms,
-        }
+        Runs { value: 0, left: 0, mean_ms }
     }
 
     /// This subframe's value; `draw` gives a new one when a run ends.
@@ -284,25 +272,15 @@ fn synthetic_trace(rows: u32) -> Result<Trace, String> {
     let n_rb = u32::from(N_RB);
     let mut rng = SplitMix64(1);
     let capacity = rows as usize;
-    let mut c = Columns {
-        t_ms: (0..rows).collect(),
-        ..Columns::default()
-    };
+    let mut c = Columns { t_ms: (0..rows).collect(), ..Columns::default() };
     let mut mcs_col = Vec::with_capacity(capacity);
     let mut other_rbs = Vec::with_capacity(capacity);
-    let (mut other_users, mut layers, mut own_rbs, mut own_tbs_bits) =
-        (vec![], vec![], vec![], vec![]);
+    let (mut other_users, mut layers, mut own_rbs, mut own_tbs_bits) = (vec![], vec![], vec![], vec![]);
     let (mut bler, mut rsrp_dbm, mut rsrq_db, mut ul_capacity_bits, mut core_delay_ms) =
         (vec![], vec![], vec![], vec![], vec![]);
 
-    let (mut busy, mut users, mut own_run, mut layer_run, mut ul_prbs, mut delay_run) = (
-        Runs::new(40.0),
-        Runs::new(500.0),
-        Runs::new(8.0),
-        Runs::new(2000.0),
-        Runs::new(50.0),
-        Runs::new(10_000.0),
-    );
+    let (mut busy, mut users, mut own_run, mut layer_run, mut ul_prbs, mut delay_run) =
+        (Runs::new(40.0), Runs::new(500.0), Runs::new(8.0), Runs::new(2000.0), Runs::new(50.0), Runs::new(10_000.0));
     let (mut channel, mut rsrp, mut rsrq) = (16.0f64, -95.0f64, -10.0f64);
     let to_u8 = |v: u32| u8::try_from(v).map_err(|_| format!("synthetic value {v} exceeds u8"));
     for t in 0..rows {
@@ -311,24 +289,12 @@ fn synthetic_trace(rows: u32) -> Result<Trace, String> {
         let jitter = [-1, 0, 0, 0, 0, 0, 0, 1][rng.between(0, 7) as usize];
         let mcs = to_u8((channel.round() as i32 + jitter).clamp(0, 28) as u32)?;
         let is_busy = busy.next(&mut rng, |r| r.between(0, 1)) == 1;
-        let other = if is_busy {
-            rng.between(n_rb * 7 / 10, n_rb)
-        } else {
-            rng.between(0, 3)
-        };
+        let other = if is_busy { rng.between(n_rb * 7 / 10, n_rb) } else { rng.between(0, 3) };
         let active = users.next(&mut rng, |r| r.between(1, 8));
-        let own = own_run
-            .next(&mut rng, |r| {
-                [0, 0, 2, 6, 12, 25, n_rb][r.between(0, 6) as usize]
-            })
-            .min(n_rb - other);
+        let own = own_run.next(&mut rng, |r| [0, 0, 2, 6, 12, 25, n_rb][r.between(0, 6) as usize]).min(n_rb - other);
         let layer = to_u8(layer_run.next(&mut rng, |r| r.between(1, 2)))?;
         let own = to_u8(own)?;
-        let tbs = if own == 0 {
-            0
-        } else {
-            lte::tbs::tbs_bits(mcs, own, layer).unwrap_or(0)
-        };
+        let tbs = if own == 0 { 0 } else { lte::tbs::tbs_bits(mcs, own, layer).unwrap_or(0) };
         let ul_mcs = mcs.saturating_sub(4).min(20);
         let ul_n_prb = to_u8(ul_prbs.next(&mut rng, |r| r.between(1, 25)))?;
         let ul = lte::tbs::tbs_bits(ul_mcs, ul_n_prb, 1).unwrap_or(0);
@@ -370,23 +336,14 @@ fn synthetic_trace(rows: u32) -> Result<Trace, String> {
     provenance.insert("seed".into(), 1.into());
     let metadata = Metadata {
         format_version: phy_trace::metadata::FORMAT_VERSION,
-        cell: Cell {
-            bandwidth_mhz: 20.0,
-            n_rb: N_RB,
-            n_antennas: N_ANTENNAS,
-        },
+        cell: Cell { bandwidth_mhz: 20.0, n_rb: N_RB, n_antennas: N_ANTENNAS },
         duration_ms: rows,
         start_sfn: 0,
         source: "synth".into(),
         provenance,
-        description: Some(
-            "synthetic benchmark trace: all columns but harq_fail, realistic variation".into(),
-        ),
+        description: Some("synthetic benchmark trace: all columns but harq_fail, realistic variation".into()),
     };
-    Ok(Trace {
-        metadata,
-        columns: c,
-    })
+    Ok(Trace { metadata, columns: c })
 }
 
 #[cfg(test)]
@@ -399,10 +356,7 @@ mod tests {
         assert_eq!(exact_sum([0.1; 10].into_iter()), 1.0);
         assert_eq!(exact_sum([1e100, 1.0, -1e100, 1e-100].into_iter()), 1.0);
         // CPython's own test: the half-even fix-up rounds up here.
-        assert_eq!(
-            exact_sum([1e-16, 1.0, 1e16].into_iter()),
-            10000000000000002.0
-        );
+        assert_eq!(exact_sum([1e-16, 1.0, 1e16].into_iter()), 10000000000000002.0);
         let values: Vec<f64> = (0..1000).map(|i| f64::from(i) * 0.001 - 0.3).collect();
         let forward = exact_sum(values.iter().copied());
         assert_eq!(forward, exact_sum(values.iter().rev().copied()));

@@ -1,0 +1,204 @@
+"""Timing integrity of one load: how far the emulator fell behind real time while the page
+loaded, and how much CPU time the hypervisor stole from the machine meanwhile.
+
+Two measures, from the emulator's own files, cut to the load's time span:
+
+* **subframe lateness** (``truth.cbcol``'s ``wake_lateness_us``): how late each subframe ran
+  after its boundary. While the cell is idle the emulator runs subframes in batches of up to
+  :data:`IDLE_BATCH_MS` on purpose (their outputs do not depend on when they run), so a
+  subframe of an idle cell — no UE has anything queued or demanded — counts only by what
+  exceeds the batch. The truth has no column saying which subframes were batched; the rule
+  can miss a 1–10 ms stall of a cell whose only packets sit in the core delay lines (the
+  delivery error below still sees what it does to them).
+* **delivery timing error** (``packets.cbcol``): write time − due time of every packet the
+  emulator delivered during the load — what a stall does to the measured RTTs.
+
+Steal time comes from ``/proc/stat`` (the ``cpu`` line's 8th value) before and after the load.
+A load whose subframe lateness or delivery error exceeded
+:data:`~clawbed.replay.records.LATE_LIMIT_MS` has ``timing_ok`` False.
+
+The files are read incrementally (:class:`ColumnTail`): each load decodes only the chunks
+written since the previous one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zstandard
+
+from clawbed.emulator.truth import _CHUNK_PREFIX, _FILE_PREFIX, TruthFormatError, _read_chunk
+from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
+
+#: Longest an idle cell's subframes wait to be run in a batch, ms (``IDLE_BATCH_NS`` in
+#: ``emulator/dataplane/src/engine.rs``).
+IDLE_BATCH_MS = 10.0
+#: How long to wait for the files to cover the load's end, s (truth and packet-log chunks are
+#: written every ~20 ms; the replay has waited for the truth already).
+CATCH_UP_S = 2.0
+#: Rows older than this before the last load's start are dropped from memory, s.
+KEEP_BEFORE_S = 5.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ColumnTail:
+    """The columns ``wanted`` of a growing ``.cbcol`` file, decoded chunk by chunk as it grows:
+    :meth:`poll` decodes what was appended since the last call (complete chunks only)."""
+
+    def __init__(self, path: Path, wanted: tuple[str, ...], *, prefix_match: tuple[str, ...] = ()) -> None:
+        self.path = path
+        self.wanted = wanted
+        #: Columns kept by name prefix and suffix pairs, e.g. ("ues[", ".queue_bytes").
+        self.prefix_match = prefix_match
+        self._pos: int | None = None
+        self._index = 0
+        self._decompressor = zstandard.ZstdDecompressor()
+        self.columns: dict[str, np.ndarray] = {}
+        self.rows = 0
+
+    def _keep(self, name: str) -> bool:
+        return name in self.wanted or any(name.startswith("ues[") and name.endswith(s) for s in self.prefix_match)
+
+    def poll(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                if self._pos is None:
+                    head = f.read(_FILE_PREFIX.size)
+                    if len(head) < _FILE_PREFIX.size:
+                        return
+                    header_len = _FILE_PREFIX.unpack(head)[3]
+                    self._pos = _FILE_PREFIX.size + header_len
+                f.seek(self._pos)
+                data = f.read()
+        except OSError:
+            return
+        at = 0
+        new: list[tuple[int, dict[str, np.ndarray]]] = []
+        while at + _CHUNK_PREFIX.size <= len(data):
+            decoded = _read_chunk(self.path, data, at, self._index, self._decompressor)
+            if decoded is None:
+                break
+            at, rows, columns = decoded
+            self._index += 1
+            new.append((rows, {k: v for k, v in columns.items() if self._keep(k)}))
+        self._pos += at
+        for rows, columns in new:
+            for name in set(self.columns) | set(columns):
+                old = self.columns.get(name, np.full(self.rows, np.nan))
+                add = columns.get(name)
+                add = np.full(rows, np.nan) if add is None else add.astype(np.float64, copy=False)
+                self.columns[name] = np.concatenate([old.astype(np.float64, copy=False), add])
+            self.rows += rows
+
+    def drop_before(self, key: str, floor: float) -> None:
+        """Forget the rows whose ``key`` is below ``floor`` (memory stays bounded over a run)."""
+        if key not in self.columns:
+            return
+        keep = ~(self.columns[key] < floor)
+        if keep.all():
+            return
+        self.columns = {k: v[keep] for k, v in self.columns.items()}
+        self.rows = int(keep.sum())
+
+
+@dataclass
+class Lateness:
+    subframe_max_ms: float | None
+    subframe_p999_ms: float | None
+    delivery_max_ms: float | None
+    delivery_p999_ms: float | None
+
+
+def effective_subframe_lateness_ms(lateness_us: np.ndarray, busy: np.ndarray) -> np.ndarray:
+    """Each subframe's lateness, ms, counting a subframe of an idle cell only beyond the idle
+    batch it may have run in."""
+    late_ms = np.asarray(lateness_us, dtype=np.float64) / 1000.0
+    return np.where(busy, late_ms, np.maximum(late_ms - IDLE_BATCH_MS, 0.0))
+
+
+def _stats(values: np.ndarray) -> tuple[float | None, float | None]:
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return None, None
+    return round(float(values.max()), 3), round(float(np.quantile(values, 0.999, method="higher")), 3)
+
+
+class LoadTiming:
+    """Reads the emulator's truth and packet log as they grow and measures each load's lateness."""
+
+    def __init__(self, truth_path: Path, packets_path: Path, origin_unix_s: float) -> None:
+        self.origin_unix_s = origin_unix_s
+        self.truth = ColumnTail(truth_path, ("t_ms", "wake_lateness_us"),
+                                prefix_match=(".queue_bytes", ".demand_rbs"))
+        self.packets = ColumnTail(packets_path, ("t_actual_us", "t_scheduled_us", "event"))
+
+    def measure(self, t0_unix_s: float, t1_unix_s: float) -> Lateness:
+        t0_ms = (t0_unix_s - self.origin_unix_s) * 1000.0
+        t1_ms = (t1_unix_s - self.origin_unix_s) * 1000.0
+        deadline = time.monotonic() + CATCH_UP_S
+        while True:
+            try:
+                self.truth.poll()
+                self.packets.poll()
+            except TruthFormatError:
+                pass
+            t = self.truth.columns.get("t_ms")
+            if (t is not None and len(t) and np.nanmax(t) >= t1_ms) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        out = Lateness(None, None, None, None)
+        tc = self.truth.columns
+        if "t_ms" in tc and "wake_lateness_us" in tc:
+            sel = (tc["t_ms"] >= t0_ms) & (tc["t_ms"] <= t1_ms)
+            busy = np.zeros(int(sel.sum()), dtype=bool)
+            for name, values in tc.items():
+                if name.startswith("ues["):
+                    busy |= np.nan_to_num(values[sel]) > 0
+            late = effective_subframe_lateness_ms(tc["wake_lateness_us"][sel], busy)
+            out.subframe_max_ms, out.subframe_p999_ms = _stats(late)
+        pc = self.packets.columns
+        if "t_actual_us" in pc:
+            t_ms = pc["t_actual_us"] / 1000.0
+            sel = (pc["event"] == 0) & (t_ms >= t0_ms) & (t_ms <= t1_ms)
+            err_ms = (pc["t_actual_us"][sel] - pc["t_scheduled_us"][sel]) / 1000.0
+            out.delivery_max_ms, out.delivery_p999_ms = _stats(err_ms)
+            if not sel.any() and out.subframe_max_ms is not None:
+                out.delivery_max_ms = out.delivery_p999_ms = 0.0  # nothing delivered: no error
+        floor_ms = t0_ms - KEEP_BEFORE_S * 1000.0
+        self.truth.drop_before("t_ms", floor_ms)
+        self.packets.drop_before("t_actual_us", floor_ms * 1000.0)
+        return out
+
+
+def cpu_ticks(path: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """(steal, total) clock ticks of all CPUs since boot, or None where unreadable."""
+    try:
+        with path.open() as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    if not first or first[0] != "cpu" or len(first) < 9:
+        return None
+    values = [int(v) for v in first[1:]]
+    # guest and guest_nice (9th, 10th) are already inside user and nice.
+    return values[7], sum(values[:8])
+
+
+def steal_between(before: tuple[int, int] | None, after: tuple[int, int] | None) -> tuple[float | None, float | None]:
+    """(steal ms summed over CPUs, steal % of the machine's CPU time) between two readings."""
+    if before is None or after is None:
+        return None, None
+    steal, total = after[0] - before[0], after[1] - before[1]
+    return round(steal * 1000.0 / _CLK_TCK, 1), round(100.0 * steal / total, 2) if total > 0 else 0.0
+
+
+def judge(record: LoadRecord, lateness: Lateness) -> None:
+    """Fill in the record's lateness fields and ``timing_ok``."""
+    record.subframe_late_max_ms, record.subframe_late_p999_ms = lateness.subframe_max_ms, lateness.subframe_p999_ms
+    record.delivery_err_max_ms, record.delivery_err_p999_ms = lateness.delivery_max_ms, lateness.delivery_p999_ms
+    measured = [v for v in (lateness.subframe_max_ms, lateness.delivery_max_ms) if v is not None]
+    record.timing_ok = all(v <= LATE_LIMIT_MS for v in measured) if measured else None

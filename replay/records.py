@@ -1,0 +1,101 @@
+"""The record of one load: one definition for the replay that writes it, the run directory
+(``results.jsonl``, ``results.csv``), the report, the result store, the dashboards and the
+regression check."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from clawbed.errors import InputError
+
+
+@dataclass
+class LoadRecord:
+    """One load of a page over the emulated cell, and what it measured."""
+
+    #: Position in the run (0, 1, …), the round (repetition) and the scheme loaded.
+    load: int
+    round: int
+    scheme: str
+    #: Trace time the emulator was moved to just before the load, ms (None: not aligned).
+    trace_ms: int | None = None
+    #: The kernel's name of the scheme's congestion control (``claw_<run id>`` for claw).
+    cc: str | None = None
+    #: The page loaded completely (every object, no HTTP error): then ``plt_ms`` is set.
+    ok: bool = False
+    error: str | None = None
+    #: Page load time, ms.
+    plt_ms: float | None = None
+    #: Bytes of the objects fetched, and what the page holds.
+    bytes_total: int | None = None
+    page_bytes: int | None = None
+    #: ALPN-style protocol of the page's connection: ``h2`` or ``http/1.1``.
+    protocol: str | None = None
+    n_objects: int | None = None
+    #: When the loader started and ended, and when the page's first connection opened (Unix s).
+    t_start_unix_s: float | None = None
+    t_end_unix_s: float | None = None
+    t_first_flow_unix_s: float | None = None
+    #: TCP flows the server saw during the load, and their retransmissions.
+    flows: int = 0
+    retransmits: int | None = None
+    #: The load's directory, relative to the run directory.
+    load_dir: str = ""
+    #: The loader's per-object timings (``loaders.ObjectTiming`` as plain data).
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    #: Bytes each background activity got across during the load.
+    background_bytes: dict[str, int] = field(default_factory=dict)
+    #: Why the load's time series were not all kept (the result itself stands).
+    series_error: str | None = None
+    #: Timing integrity of the emulator during the load (``replay.lateness``): the subframe
+    #: lateness (subframes run while the cell was busy; idle batches run late on purpose and
+    #: count only beyond their batch) and the delivery timing error (write − due, every
+    #: packet delivered), max and p99.9, ms; the host's steal time over the load, summed over
+    #: CPUs, ms, and as % of the machine's CPU time. None: not measured.
+    subframe_late_max_ms: float | None = None
+    subframe_late_p999_ms: float | None = None
+    delivery_err_max_ms: float | None = None
+    delivery_err_p999_ms: float | None = None
+    steal_ms: float | None = None
+    steal_pct: float | None = None
+    #: False when the emulator fell behind by more than ``LATE_LIMIT_MS`` during the load
+    #: (its timing is not the model's); None: not measured.
+    timing_ok: bool | None = None
+    #: Attempts of this load discarded before it because their ``timing_ok`` was False
+    #: (``--rerun-late``; their records are in ``late-loads.jsonl``).
+    late_reruns: int = 0
+
+    @property
+    def measured(self) -> bool:
+        """It has a page load time to count."""
+        return self.ok and self.plt_ms is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> LoadRecord:
+        """A record from its JSON object; ``where`` (file and line) names a bad one. Fields a
+        later version added are optional, so older run directories still read."""
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: a load record must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InputError(f"{where}: unknown field(s) {', '.join(unknown)} in a load record")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise InputError(f"{where}: {e}") from None
+
+
+#: Lateness (ms) beyond which the emulator counts as having fallen behind during a load: then
+#: the load's ``timing_ok`` is False.
+LATE_LIMIT_MS = 1.0
+
+#: ``results.csv``'s columns: the record's flat fields, in order.
+CSV_COLUMNS = ("load", "round", "trace_ms", "scheme", "ok", "error", "plt_ms", "bytes_total", "page_bytes",
+               "protocol", "n_objects", "t_start_unix_s", "t_end_unix_s", "t_first_flow_unix_s", "flows",
+               "retransmits", "load_dir", "timing_ok", "late_reruns", "subframe_late_max_ms",
+               "subframe_late_p999_ms", "delivery_err_max_ms", "delivery_err_p999_ms", "steal_ms", "steal_pct")
