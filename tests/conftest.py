@@ -4,6 +4,7 @@ its ``cb*`` namespaces or links behind."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,13 @@ from clawbed.paths import REPO_ROOT
 
 #: The venv's ``clawbed`` command (tests run with the venv's Python).
 CLAWBED = Path(sys.executable).parent / "clawbed"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The one place root-only tests are told apart: a test marked ``root`` (network
+    namespaces, BPF, nginx on port 443, …) is skipped, with the reason, when not run as root."""
+    if item.get_closest_marker("root") is not None and os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, BPF, privileged ports): run the suite as root")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -31,6 +31,7 @@ def test_resource_names_are_prefixed_and_short() -> None:
         resource_name(rid, "a-very-long-role")
 
 
+@pytest.mark.root
 def test_namespaces_and_veth_work_and_are_removed(tmp_path: Path) -> None:
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
@@ -45,6 +46,7 @@ def test_namespaces_and_veth_work_and_are_removed(tmp_path: Path) -> None:
     assert not sleeper.alive()
 
 
+@pytest.mark.root
 def test_error_inside_the_run_still_removes_everything(tmp_path: Path) -> None:
     rid = new_run_id()
     with pytest.raises(RuntimeError):
@@ -54,6 +56,7 @@ def test_error_inside_the_run_still_removes_everything(tmp_path: Path) -> None:
     assert leftovers(rid) == []
 
 
+@pytest.mark.root
 def test_failed_system_call_names_what_was_attempted(tmp_path: Path) -> None:
     rid = new_run_id()
     with Resources(rid, tmp_path / "ledger.jsonl") as res:
@@ -78,6 +81,7 @@ def _child_script(rid: str, ledger: Path) -> str:
     """)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signal_unwinds_the_run(tmp_path: Path, sig: signal.Signals) -> None:
     rid = new_run_id()
@@ -90,6 +94,7 @@ def test_signal_unwinds_the_run(tmp_path: Path, sig: signal.Signals) -> None:
     assert leftovers(rid) == []
 
 
+@pytest.mark.root
 def test_ledger_cleans_up_after_sigkill(tmp_path: Path) -> None:
     rid = new_run_id()
     ledger = tmp_path / "l.jsonl"
@@ -122,6 +127,7 @@ def test_a_recorded_process_of_another_library_is_stopped_by_its_own_signal(tmp_
         shell.wait()
 
 
+@pytest.mark.root
 def test_socket_in_namespace_reaches_that_namespaces_loopback(tmp_path: Path) -> None:
     from clawbed.netns import socket_in_namespace
 
