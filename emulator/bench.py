@@ -1,8 +1,15 @@
 """Benchmark of the emulator: forwarding rate, CPU, timing, latency, a 45-UE cell, Mahimahi mode.
 
 ``python -m clawbed.emulator.bench`` runs each measurement on real namespaces and the real
-``clawbed-emu`` (``make build``), prints a table beside Mahimahi's reference figures and
-writes ``bench-results/emulator.json`` under the repository root.
+``clawbed-emu`` (``make build``), prints a table and writes ``bench-results/emulator.json``
+under the repository root.
+
+Mahimahi: when ``mm-link`` is installed (``$MM_LINK``, or on ``PATH``) the same machine
+measures it beside the emulator, live (:func:`mm_link_steps`: idle CPU, the bulk TCP ceiling,
+the 12 Mbit/s inter-arrival p99 from its own delivery log) and the table has a column for it.
+Without it the table shows the emulator alone, and the reference figures follow in a table of
+their own, each with where and when it was measured (:data:`REFERENCES`): figures from
+another machine and another day are not a comparison.
 
 CPU is the emulator process's (per thread) from ``/proc/PID/task/*/stat``, in percent of one
 core over the measured interval. The machine's load average and the CPU time the hypervisor
@@ -14,8 +21,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,13 +47,24 @@ from clawbed.paths import REPO_ROOT, shared_data
 from clawbed.tables import TerminalTable
 
 RESULTS = REPO_ROOT / "bench-results" / "emulator.json"
-#: Mahimahi's own figures (mm-link on one core), to compare with.
-REFERENCE = {
-    "tcp_gbit_s": 3.0,
-    "tcp_kpps": 270.0,
-    "mahimahi_12mbit_interarrival_p99_ms": 1.7,
-    "cpu_percent_at_100mbit": "8-10",
-}
+#: Mahimahi figures measured elsewhere, with where and when: printed (not compared) when
+#: mm-link is not installed here.
+REFERENCES = [
+    {"what": "bulk TCP ceiling", "mm_link": "2.6 Gbit/s", "clawbed_emu": "6.5 Gbit/s",
+     "where": "side by side on a fresh 2-vCPU machine (issue 14)", "when": "2026-11"},
+    {"what": "12 Mbit/s saturated, delivered inter-arrival p99", "mm_link": "1.29 ms", "clawbed_emu": "1.01 ms",
+     "where": "side by side on a fresh 2-vCPU machine (issue 14)", "when": "2026-11"},
+    {"what": "CPU with no traffic", "mm_link": "4.75 % of a core", "clawbed_emu": "0.45 % of a core",
+     "where": "side by side on a fresh 2-vCPU machine (issue 14)", "when": "2026-11"},
+    {"what": "bulk TCP 3.0 Gbit/s, 270 kpps; 12 Mbit/s inter-arrival p99 1.7 ms; 8–10 % of a core at 100 Mbit/s",
+     "mm_link": "(as written)", "clawbed_emu": "",
+     "where": "written into this file with the emulator (commit 6c4a72f); the machine was not recorded",
+     "when": "2026-11-21 or before"},
+]
+#: The environment variable naming the mm-link binary (else ``mm-link`` on PATH).
+MM_LINK_ENV = "MM_LINK"
+#: iperf3's port for the mm-link measurements (the server runs outside mm-link's namespace).
+MM_IPERF_PORT = 5299
 #: A rate no measurement reaches: the emulator, not its link model, is the bottleneck.
 AMPLE_RATE = "40gbit"
 NO_DELAYS = {"core_down_ms": 0, "core_up_ms": 0, "air_ms": 0, "sr_period_ms": 0, "grant_delay_ms": 0}
@@ -309,6 +330,13 @@ def cell_45(out: Path, seconds: float, **fields: Any) -> dict[str, Any]:
             "diag_batches_dropped": engine["diag_batches_dropped"], "truth_rows_dropped": engine["truth_rows_dropped"]}
 
 
+@dataclass
+class Step:
+    key: str
+    what: str
+    run: Callable[[Path], Any]
+
+
 def _mahimahi_rates_bps(path: Path) -> tuple[float, float]:
     """(mean, peak over 100 ms windows) capacity of a Mahimahi trace, bit/s."""
     stamps = np.loadtxt(path, dtype=np.int64, ndmin=1)
@@ -360,17 +388,105 @@ def mahimahi(out: Path, seconds: float, traces: list[Path]) -> list[dict[str, An
     return rows
 
 
+# -- Mahimahi's mm-link, live beside the emulator ------------------------------------------------
+
+
+def mm_link_binary() -> Path | None:
+    """mm-link to measure: ``$MM_LINK`` (a path or a name on PATH), else ``mm-link`` on PATH."""
+    named = os.environ.get(MM_LINK_ENV)
+    if named:
+        found = named if "/" in named else shutil.which(named)
+        if not found or not Path(found).is_file():
+            raise click.UsageError(f"${MM_LINK_ENV}={named}: no such program")
+        return Path(found)
+    found = shutil.which("mm-link")
+    return Path(found) if found else None
+
+
+def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: str) -> tuple[str, float]:
+    """Run ``command`` (sh -c, ``$MAHIMAHI_BASE`` is the host outside) inside ``mm-link trace
+    trace``: (its stdout, mm-link's own CPU % of one core while it ran, start-up excluded)."""
+    proc = subprocess.Popen([str(binary), str(trace), str(trace), *extra, "--", "sh", "-c", command],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    try:
+        cpu0, t0 = _cpu_s(stat), time.monotonic()
+    except OSError:
+        cpu0, t0 = None, time.monotonic()
+    cpu1 = cpu0
+    while proc.poll() is None:
+        try:
+            cpu1, t1 = _cpu_s(stat), time.monotonic()
+        except OSError:
+            break
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=seconds + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{binary.name} exited {proc.returncode}: {err.strip()[-300:]}")
+    percent = 100.0 * (cpu1 - cpu0) / max(t1 - t0, 1e-3) if cpu0 is not None and cpu1 is not None else math.nan
+    return out, round(percent, 2)
+
+
+def mm_link_idle(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
+    """mm-link's CPU with no traffic, on a 12 Mbit/s constant trace."""
+    trace = constant_mahimahi_trace(out / "constant-12mbit.down", packets_per_ms=1)
+    _, cpu = _mm_link(binary, trace, f"sleep {seconds}", seconds)
+    return {"cpu_percent": cpu}
+
+
+def mm_link_tcp(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
+    """Bulk TCP downlink (iperf3 -R from inside mm-link to a server outside) over a trace of
+    1000 opportunities per ms (12 Gbit/s): mm-link's ceiling, and its CPU."""
+    trace = constant_mahimahi_trace(out / "constant-12gbit.down", packets_per_ms=1000, period_ms=100)
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(MM_IPERF_PORT)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        stdout, cpu = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -J -t {seconds}',
+                               seconds)
+    finally:
+        if server.poll() is None:
+            server.terminate()
+        server.wait(timeout=10)
+    result = json.loads(stdout)
+    return {"gbit_s": round(result["end"]["sum_received"]["bits_per_second"] / 1e9, 3), "cpu_percent": cpu}
+
+
+def mm_link_12mbit(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
+    """A constant 12 Mbit/s trace saturated by UDP (iperf3 -R, 14 Mbit/s of 1472-byte
+    datagrams): the delivered inter-arrival p99 from mm-link's own downlink log (whole ms: the
+    log's resolution)."""
+    trace = constant_mahimahi_trace(out / "constant-12mbit.down", packets_per_ms=1)
+    log = out / "downlink.log"
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(MM_IPERF_PORT)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        _, cpu = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -u -b 14M -l 1472 '
+                                         f'-t {seconds}', seconds, f"--downlink-log={log}")
+    finally:
+        if server.poll() is None:
+            server.terminate()
+        server.wait(timeout=10)
+    delivered = [int(line.split()[0]) for line in log.read_text().splitlines()
+                 if not line.startswith("#") and len(line.split()) >= 2 and line.split()[1] == "-"]
+    gaps = np.diff(np.asarray(delivered, dtype=np.int64)) * 1000
+    return {"interarrival_p99_ms": _percentiles_ms(gaps)["p99_ms"], "packets": len(delivered), "cpu_percent": cpu,
+            "resolution_ms": 1}
+
+
+def mm_link_steps(binary: Path, seconds: float) -> list[Step]:
+    """The mm-link measurements, beside the emulator's steps of the same name (``mm_`` prefix)."""
+    return [Step("mm_idle", "mm-link: idle CPU", lambda d: mm_link_idle(binary, d, seconds)),
+            Step("mm_tcp", "mm-link: bulk TCP", lambda d: mm_link_tcp(binary, d, seconds)),
+            Step("mm_12mbit", "mm-link: 12 Mbit/s saturated", lambda d: mm_link_12mbit(binary, d, seconds))]
+
+
 def _cpu_ticks() -> tuple[int, int]:
     """(all, steal) CPU ticks of the machine so far, from /proc/stat."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     return sum(fields), fields[7]
-
-
-@dataclass
-class Step:
-    key: str
-    what: str
-    run: Callable[[Path], Any]
 
 
 def run_all(work: Path, seconds: float, console: Console, only: set[str] | None = None,
@@ -396,13 +512,17 @@ def run_all(work: Path, seconds: float, console: Console, only: set[str] | None 
              lambda d: cell_45(d, seconds, diag={"file": False})),
         Step("mahimahi", "Mahimahi traces", lambda d: mahimahi(d, seconds, traces)),
     ]
+    mm_link = mm_link_binary()
+    if mm_link is not None:
+        steps += mm_link_steps(mm_link, seconds)
     unknown = (only or set()) - {step.key for step in steps}
     if unknown:
         raise click.BadParameter(f"unknown step(s) {', '.join(sorted(unknown))}; "
                                  f"known: {', '.join(step.key for step in steps)}", param_hint="--only")
     results: dict[str, Any] = {"seconds_per_measurement": seconds, "repeat": repeat,
                                "load_average_before": os.getloadavg()[0], "cpus": os.cpu_count(),
-                               "reference_mm_link": REFERENCE, "runs": {}}
+                               "mm_link": str(mm_link) if mm_link else None,
+                               "references": REFERENCES, "runs": {}}
     steal: dict[str, list[float]] = {}
     for step in steps:
         if only and step.key not in only:
@@ -412,7 +532,13 @@ def run_all(work: Path, seconds: float, console: Console, only: set[str] | None 
             directory = work / f"{step.key}-{i}"
             directory.mkdir(parents=True)
             total, stolen = _cpu_ticks()
-            results["runs"].setdefault(step.key, []).append(step.run(directory))
+            try:
+                results["runs"].setdefault(step.key, []).append(step.run(directory))
+            except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+                if not step.key.startswith("mm_"):
+                    raise
+                # mm-link that cannot run here (not setuid, no IP forwarding, …): said, not fatal.
+                results["runs"].setdefault(step.key, []).append({"error": f"{type(e).__name__}: {e}"})
             # CPU time the hypervisor gave to others while this step ran: a VM's timing noise.
             total_after, stolen_after = _cpu_ticks()
             steal.setdefault(step.key, []).append(round(100.0 * (stolen_after - stolen) / max(total_after - total, 1), 1))
@@ -437,61 +563,80 @@ def _span(runs: list[Any], get: Callable[[Any], Any]) -> str:
 
 def render(results: dict[str, Any], console: Console) -> None:
     """The table of every step that ran; figures over repeated runs are shown as ranges."""
-    table = TerminalTable(title="clawbed-emu benchmark", show_lines=False)
+    runs: dict[str, list[Any]] = results["runs"]
+    live = any(key.startswith("mm_") for key in runs)
+    table = TerminalTable(title="clawbed-emu benchmark" + (f" beside {results['mm_link']}, measured now" if live else ""),
+                          show_lines=False)
     table.add_column("measurement")
     table.add_column("clawbed-emu", justify="right")
-    table.add_column("mm-link reference", justify="right")
-    runs: dict[str, list[Any]] = results["runs"]
+    if live:
+        table.add_column("mm-link, same machine, now", justify="right")
+
+    def row(what: str, emu: str, mm: str = "") -> None:
+        if live:
+            table.add_row(what, emu, mm)
+        else:
+            table.add_row(what, emu)
+
+    def mm(key: str, get: Callable[[Any], Any], unit: str) -> str:
+        if key not in runs:
+            return ""
+        errors = [r["error"] for r in runs[key] if "error" in r]
+        if errors:
+            return f"failed: {errors[0][:80]}"
+        return f"{_span(runs[key], get)} {unit}"
 
     def span(key: str, get: Callable[[Any], Any]) -> str:
         return _span(runs[key], get)
 
     if "idle" in runs:
-        table.add_row("CPU with no traffic (1 UE)",
-                      f"{span('idle', lambda r: r['cpu_percent'])} % of a core: {_by_thread(results['idle'])}", "")
+        row("CPU with no traffic (1 UE)",
+                      f"{span('idle', lambda r: r['cpu_percent'])} % of a core: {_by_thread(results['idle'])}",
+                      mm("mm_idle", lambda r: r["cpu_percent"], "% of a core (mm-link process)"))
     if "tcp" in runs:
-        table.add_row("TCP through the emulator (iperf3)",
+        row("TCP through the emulator (iperf3)",
                       f"{span('tcp', lambda r: r['gbit_s'])} Gbit/s, {span('tcp', lambda r: r['kpps'])} kpps",
-                      "~3 Gbit/s, ~270 kpps")
-        table.add_row("CPU per Gbit/s (TCP)", f"{span('tcp', lambda r: r['cpu_percent_per_gbit_s'])} % of a core",
-                      "~33 % (derived: one core, 3 Gbit/s)")
-        table.add_row("CPU per 100 kpps (TCP)", f"{span('tcp', lambda r: r['cpu_percent_per_100kpps'])} % of a core",
-                      "~37 % (derived: one core, 270 kpps)")
-        table.add_row("  TCP: CPU % by thread", _by_thread(results["tcp"]), "")
+                      mm("mm_tcp", lambda r: r["gbit_s"], "Gbit/s"))
+        row("CPU per Gbit/s (TCP)", f"{span('tcp', lambda r: r['cpu_percent_per_gbit_s'])} % of a core",
+                      mm("mm_tcp", lambda r: round(r["cpu_percent"] / r["gbit_s"], 1) if r["gbit_s"] else None,
+                         "% of a core (mm-link process)"))
+        row("CPU per 100 kpps (TCP)", f"{span('tcp', lambda r: r['cpu_percent_per_100kpps'])} % of a core",
+                      "")
+        row("  TCP: CPU % by thread", _by_thread(results["tcp"]), "")
     if "tcp_no_offload" in runs:
-        table.add_row("TCP, TUN offload off",
+        row("TCP, TUN offload off",
                       f"{span('tcp_no_offload', lambda r: r['gbit_s'])} Gbit/s, "
                       f"{span('tcp_no_offload', lambda r: r['kpps'])} kpps, "
                       f"{span('tcp_no_offload', lambda r: r['cpu_percent_per_gbit_s'])} % of a core per Gbit/s", "")
     if "udp_small" in runs:
-        table.add_row("small-packet UDP (64 B payload)",
+        row("small-packet UDP (64 B payload)",
                       f"{span('udp_small', lambda r: r['kpps'])} kpps of {span('udp_small', lambda r: r['sent_kpps'])} "
                       f"sent, CPU {span('udp_small', lambda r: r['cpu_percent'])} % "
                       f"({span('udp_small', lambda r: r['cpu_percent_per_100kpps'])} % per 100 kpps), dropped: "
                       f"{span('udp_small', lambda r: r['dropped_in_emulator'])} in the emulator, "
                       f"{span('udp_small', lambda r: r['dropped_at_tun_queue'])} at the TUN queue", "")
-        table.add_row("  UDP: CPU % by thread", _by_thread(results["udp_small"]), "")
+        row("  UDP: CPU % by thread", _by_thread(results["udp_small"]), "")
     for key, how in (("at_100mbit", "1 Gbit/s rate link"), ("at_100mbit_cell", "full cell model")):
         if key not in runs:
             continue
-        table.add_row(f"CPU at 100 Mbit/s ({how})", f"{span(key, lambda r: r['cpu_percent'])} % of a core", "~8-10 %")
-        table.add_row("  100 Mbit/s: CPU % by thread", _by_thread(results[key]), "")
-        table.add_row("  delivery timing error p50 / p99 / max, first packet of each due instant",
+        row(f"CPU at 100 Mbit/s ({how})", f"{span(key, lambda r: r['cpu_percent'])} % of a core")
+        row("  100 Mbit/s: CPU % by thread", _by_thread(results[key]), "")
+        row("  delivery timing error p50 / p99 / max, first packet of each due instant",
                       f"{span(key, lambda r: r['delivery_error_first_of_instant']['p50_ms'])} / "
                       f"{span(key, lambda r: r['delivery_error_first_of_instant']['p99_ms'])} / "
                       f"{span(key, lambda r: r['delivery_error_first_of_instant']['max_ms'])} ms", "")
-        table.add_row("  ... every packet (a burst waits for the receiver to take it)",
+        row("  ... every packet (a burst waits for the receiver to take it)",
                       f"{span(key, lambda r: r['delivery_error']['p50_ms'])} / "
                       f"{span(key, lambda r: r['delivery_error']['p99_ms'])} / "
                       f"{span(key, lambda r: r['delivery_error']['max_ms'])} ms "
                       f"(packets due at one instant p99: {span(key, lambda r: r['packets_per_instant_p99'])})", "")
-        table.add_row("  the machine's timer wake-up lateness p50 / p99",
+        row("  the machine's timer wake-up lateness p50 / p99",
                       f"{span(key, lambda r: r['timer_wake_lateness_ms']['p50'])} / "
                       f"{span(key, lambda r: r['timer_wake_lateness_ms']['p99'])} ms "
                       f"(writer spins the last {span(key, lambda r: r['writer_spin_margin_ms'])} ms)", "")
     if "idle_latency" in runs:
         idle = results["idle_latency"]
-        table.add_row("idle RTT, zero configured delay",
+        row("idle RTT, zero configured delay",
                       f"{span('idle_latency', lambda r: r['emulated_rtt_ms'])} ms (veth {idle['direct_veth_rtt_ms']} ms; "
                       f"model {span('idle_latency', lambda r: r['model_rtt_ms'])} ms for these pings' phases; "
                       f"+{span('idle_latency', lambda r: r['added_beyond_model_ms'])} ms beyond the model, of which "
@@ -503,25 +648,34 @@ def render(results: dict[str, Any], console: Console) -> None:
         if key not in runs:
             continue
         c45 = results[key]
-        table.add_row(f"{label}: CPU", f"{span(key, lambda r: r['cpu_percent'])} % of a core, "
+        row(f"{label}: CPU", f"{span(key, lambda r: r['cpu_percent'])} % of a core, "
                       f"{span(key, lambda r: r['ues_with_traffic'])}/45 UEs served "
                       f"(cell thread priority {c45['realtime_priority']}, diag files {c45['diag_file']})", "")
-        table.add_row(f"  {label}: CPU % by thread", _by_thread(c45), "")
-        table.add_row(f"  {label}: subframe lateness p50 / p99 / max",
+        row(f"  {label}: CPU % by thread", _by_thread(c45), "")
+        row(f"  {label}: subframe lateness p50 / p99 / max",
                       f"{span(key, lambda r: r['subframe_lateness_ms']['p50'])} / "
                       f"{span(key, lambda r: r['subframe_lateness_ms']['p99'])} / "
                       f"{span(key, lambda r: r['subframe_lateness_ms']['max'])} ms "
                       f"({span(key, lambda r: r['idle_subframes_percent'])} % of subframes idle, batched); "
                       f"delivery error p99 {span(key, lambda r: r['downlink_delivery_error_ms']['p99'])} ms", "")
     if "mahimahi" in runs:
-        for i, row in enumerate(results["mahimahi"]):
-            reference = "~1.7 ms" if row["trace"].startswith("constant-12mbit") else ""
-            table.add_row(f"mahimahi {row['trace']}: inter-arrival p99 (trace's own); delivery error p99",
+        for i, entry in enumerate(results["mahimahi"]):
+            reference = (mm("mm_12mbit", lambda r: r["interarrival_p99_ms"], "ms (mm-link's log: whole ms)")
+                         if entry["trace"].startswith("constant-12mbit") else "")
+            row(f"mahimahi {entry['trace']}: inter-arrival p99 (trace's own); delivery error p99",
                           f"{span('mahimahi', functools.partial(_nth_trace, i, ('interarrival_p99_ms',)))} ms "
-                          f"({row['schedule_interarrival_p99_ms']} ms); "
+                          f"({entry['schedule_interarrival_p99_ms']} ms); "
                           f"{span('mahimahi', functools.partial(_nth_trace, i, ('delivery_error', 'p99_ms')))} ms",
                           reference)
     console.print(table)
+    if not live:
+        refs = TerminalTable(title="Mahimahi figures measured elsewhere (no mm-link here: $MM_LINK or mm-link on PATH "
+                                   "to measure it beside the emulator) — not a comparison", show_lines=False)
+        for col in ("what", "mm-link", "clawbed-emu then", "where", "when"):
+            refs.add_column(col)
+        for ref in results.get("references", REFERENCES):
+            refs.add_row(ref["what"], ref["mm_link"], ref["clawbed_emu"], ref["where"], ref["when"])
+        console.print(refs)
     console.print(f"load average {results['load_average_before']:.2f} → {results['load_average_after']:.2f} "
                   f"on {results['cpus']} CPUs; CPU stolen by the hypervisor per step (%): "
                   + ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in results["cpu_steal_percent"].items())

@@ -109,6 +109,7 @@ def suite_run(spec_path: Path, resume: bool, only: tuple[str, ...], sweep: str, 
     click.echo(f"{summary.recorded} load(s) recorded, {summary.skipped} already there; timing: "
                f"{summary.late_reruns} load(s) run again because the emulator fell behind, "
                f"{summary.timing_flagged} recorded flagged"
+               + (f"; {summary.lost_workers} scenario(s) re-run after their Ray worker died" if summary.lost_workers else "")
                + (f"; failed scenario(s): {', '.join(summary.failed_scenarios)}" if summary.failed_scenarios else ""),
                err=True)
     if summary.failed_scenarios:
@@ -118,12 +119,13 @@ def suite_run(spec_path: Path, resume: bool, only: tuple[str, ...], sweep: str, 
 def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
     samples = rg.samples_from_loads(store.loads(suite=suite_name, sweep=sweep))
     table = TerminalTable(title=f"PLT per scenario and scheme — {suite_name} (sweep {sweep})")
-    for col in ("scenario", "scheme", "ok", "failed", "median ms", "mean ms", "std ms"):
+    for col in ("scenario", "scheme", "ok", "failed", "late", "reruns", "median ms", "mean ms", "std ms"):
         table.add_column(col, justify="right" if col not in ("scenario", "scheme") else "left")
     for s in samples.values():
         m = s.summary()
         ms = [f"{m[k]:,.0f}" if k in m else "–" for k in ("median_ms", "mean_ms", "std_ms")]
-        table.add_row(s.label, s.scheme, str(m["n_ok"]), str(m["n_failed"]), *ms)
+        late = f"[yellow]{s.n_late}[/yellow]" if s.n_late else "0"
+        table.add_row(s.label, s.scheme, str(m["n_ok"]), str(m["n_failed"]), late, str(s.late_reruns), *ms)
     _console().print(table)
 
 
@@ -196,7 +198,8 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
                    f"'{DEFAULT_SWEEP}')")
 @click.option("--update-baseline", is_flag=True, help="write the results as the new baseline instead of comparing")
 @click.option("--threshold", type=float, default=rg.DEFAULT_THRESHOLD, show_default=True,
-              help="regression when the 95% CI of the PLT ratio (current/baseline) lies above this")
+              help="regression when the 95% CI of the PLT ratio (current/baseline) lies above 1 and the ratio is at "
+                   "least this")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), default=None, help="write JUnit XML here")
 @_executor_option
 @_ray_address_option
@@ -209,7 +212,7 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
 def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str | None, update_baseline: bool,
             threshold: float, junit_path: Path | None, executor: str, ray_address: str | None,
             output_root: Path | None, run_id_prefix: str,
-            store_path: Path | None, influx_url: str | None) -> None:
+            store_path: Path | None, influx_url: str | None, inject_delay_ms: float, rerun_late: bool) -> None:
     """Run SPEC (or read it from the store) and compare every (scenario, scheme) PLT
     distribution with BASELINE; exit status 1 on a significant regression."""
     spec = load_spec(spec_path)
@@ -221,7 +224,8 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
     with Store(store_path, influx_url) as store:
         if not from_store:
             run_suite(spec, store, sweep=sweep, resume=True, executor=_executor(executor, ray_address),
-                      output_root=output_root, run_id_prefix=run_id_prefix)
+                      output_root=output_root, run_id_prefix=run_id_prefix, inject_delay_ms=inject_delay_ms,
+                      rerun_late=rerun_late)
         labels = {s.label for s in spec.scenarios()}
         current = {k: v for k, v in rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)).items()
                    if v.label in labels}
@@ -234,8 +238,10 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
     _, baseline = rg.read_baseline(baseline_path)
     comparisons = rg.compare(current, baseline, threshold=threshold)
     table = TerminalTable(title=f"PLT regression check — {spec.name} vs {baseline_path.name} "
-                        f"(ratio: median over load pairs, exact 95% CI; regression when low > {threshold:g})")
-    for col in ("scenario", "scheme", "verdict", "current ms", "baseline ms", "ratio", "95% CI", "n", "note"):
+                        f"(ratio: Hodges–Lehmann of the loads paired by trace stretch, else of all load pairs; "
+                        f"exact 95% CI; regression when CI low > 1 and ratio ≥ {threshold:g})")
+    for col in ("scenario", "scheme", "verdict", "current ms", "baseline ms", "test", "ratio", "95% CI", "n",
+                "late", "note"):
         table.add_column(col)
     colour = {"ok": "green", "improved": "cyan", "regression": "red", "missing": "red", "new-failures": "red",
               "too-few-loads": "red"}
@@ -243,11 +249,16 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
         table.add_row(c.label, c.scheme, f"[{colour[c.verdict]}]{c.verdict}[/]",
                       f"{c.current_median_ms:,.0f}" if c.current_median_ms is not None else "–",
                       f"{c.baseline_median_ms:,.0f}" if c.baseline_median_ms is not None else "–",
+                      c.method or "–",
                       f"{c.ratio:.3f}" if c.ratio is not None else "–",
                       f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low is not None and c.ci_high is not None
                       else "–",
-                      f"{c.n_current}/{c.n_baseline}", c.note)
+                      f"{c.n_current}/{c.n_baseline}", f"{c.n_late_current}/{c.n_late_baseline}", c.note)
     _console().print(table)
+    reruns = sum(s.late_reruns for s in current.values())
+    late = sum(c.n_late_current for c in comparisons)
+    click.echo(f"timing: {reruns} load(s) run again because the emulator fell behind; {late} load(s) left out "
+               "because every attempt did (column late: now/baseline)", err=True)
     if junit_path is not None:
         junit_path.parent.mkdir(parents=True, exist_ok=True)
         junit_path.write_bytes(rg.junit_xml(spec.name, comparisons, threshold))

@@ -140,6 +140,8 @@ RAY_CONNECT_TIMEOUT_S = 10.0
 RAY_POLL_S = 0.5
 #: How long cancelled tasks (Ctrl-C or SIGTERM of the driver) get to tear their replay down, s.
 RAY_CANCEL_GRACE_S = 60.0
+#: How many times a scenario whose Ray worker or node died is run again within one sweep.
+RERUNS_ON_LOSS = 2
 #: A local cluster's shared-memory object store: only load records travel through it.
 RAY_OBJECT_STORE_BYTES = 128 * 1024 * 1024
 #: Ray's Unix sockets live at ``<temp dir>/session_<date>_<pid>/sockets/plasma_store``, which
@@ -228,8 +230,18 @@ class RayExecutor:
             finally:
                 ray.shutdown()  # stops every process this driver's ray.init() started
 
+    #: Whether :meth:`run` takes a ``rerun`` callback (re-running a lost worker's scenario).
+    reruns_lost_jobs = True
+
     def run(self, jobs: Iterable[ReplayJob], on_load: Callable[[ReplayJob, LoadRecord], None],
-            on_done: Callable[[ReplayJob, BaseException | None], None]) -> None:
+            on_done: Callable[[ReplayJob, BaseException | None], None],
+            rerun: Callable[[ReplayJob, str], ReplayJob | None] | None = None,
+            on_node: Callable[[ReplayJob, str], None] | None = None) -> None:
+        """As :class:`Executor`; a task whose worker or node died (not a replay that failed) is
+        handed to ``rerun(job, why)``, whose new job (the scenario's missing loads) runs on
+        another node offering :data:`ROOT_RESOURCE` when there is one (soft affinity: it waits
+        for that node's slot, or runs wherever it can when that node is gone); ``on_node(job,
+        node id)`` when a job's task starts."""
         with self._cluster() as ray, _sigterm_as_interrupt():
             slots = int(ray.cluster_resources().get(ROOT_RESOURCE, 0))
             if slots < 1:
@@ -242,17 +254,34 @@ class RayExecutor:
             remote = ray.remote(num_cpus=self.num_cpus, resources={ROOT_RESOURCE: 1}, max_retries=0)(_run_on_worker)
             pending: dict[Any, ReplayJob] = {}
             by_run_id: dict[str, ReplayJob] = {}
+            #: The node each job's task started on (the task says so first thing).
+            node_of: dict[str, str] = {}
 
             def collect() -> None:
-                for run_id, record in ray.get(sink.drain.remote()):
-                    on_load(by_run_id[run_id], record)
+                for kind, run_id, payload in ray.get(sink.drain.remote()):
+                    if kind == "node":
+                        node_of[run_id] = payload
+                        if on_node is not None:
+                            on_node(by_run_id[run_id], payload)
+                    else:
+                        on_load(by_run_id[run_id], payload)
+
+            def submit(job: ReplayJob, avoid_node: str | None = None) -> None:
+                by_run_id[job.run_id] = job
+                options: dict[str, Any] = {}
+                others = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != avoid_node
+                          and n.get("Resources", {}).get(ROOT_RESOURCE)] if avoid_node else []
+                if others:
+                    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                    options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(others[0], soft=True)
+                pending[remote.options(**options).remote(job, sink)] = job
 
             queue = iter(jobs)
             try:
                 while True:
                     while len(pending) < slots and (job := next(queue, None)) is not None:
-                        by_run_id[job.run_id] = job
-                        pending[remote.remote(job, sink)] = job
+                        submit(job)
                     if not pending:
                         break
                     ready, _ = ray.wait(list(pending), num_returns=1, timeout=RAY_POLL_S)
@@ -261,11 +290,19 @@ class RayExecutor:
                     collect()
                     for ref in ready:
                         job = pending.pop(ref)
+                        lost = False
                         try:
                             error = ray.get(ref)
-                        except ray.exceptions.RayError as e:  # the worker died or the replay raised a bug
+                        except ray.exceptions.RayTaskError as e:  # the replay raised a bug
                             error = f"Ray task failed: {e}"
-                        on_done(job, ClawbedError(error) if error else None)
+                        except ray.exceptions.RayError as e:  # its worker or node died
+                            error, lost = f"Ray task lost: {type(e).__name__}: {e}", True
+                        again = rerun(job, error) if lost and rerun is not None else None
+                        if again is not None:
+                            collect()  # whatever the lost task handed over before it died
+                            submit(again, avoid_node=node_of.get(job.run_id))
+                        else:
+                            on_done(job, ClawbedError(error) if error else None)
             except BaseException:
                 # Ctrl-C / SIGTERM: the tasks unwind their replays (KeyboardInterrupt on the
                 # worker); what they measured until then is still recorded.
@@ -293,14 +330,18 @@ class _LoadSink:
     It belongs to the driver's job, so it ends when the driver disconnects."""
 
     def __init__(self) -> None:
-        self._records: list[tuple[str, LoadRecord]] = []
+        self._items: list[tuple[str, str, Any]] = []
+
+    def started(self, run_id: str, node_id: str) -> None:
+        """A task started on ``node_id`` (so a lost one's scenario can be re-run elsewhere)."""
+        self._items.append(("node", run_id, node_id))
 
     def put(self, run_id: str, record: LoadRecord) -> None:
-        self._records.append((run_id, record))
+        self._items.append(("load", run_id, record))
 
-    def drain(self) -> list[tuple[str, LoadRecord]]:
-        records, self._records = self._records, []
-        return records
+    def drain(self) -> list[tuple[str, str, Any]]:
+        items, self._items = self._items, []
+        return items
 
 
 def _run_on_worker(job: ReplayJob, sink: Any) -> str | None:
@@ -310,6 +351,7 @@ def _run_on_worker(job: ReplayJob, sink: Any) -> str | None:
 
     if os.geteuid() != 0:
         return f"the Ray worker on {os.uname().nodename} is not root but offers the {ROOT_RESOURCE!r} resource"
+    ray.get(sink.started.remote(job.run_id, ray.get_runtime_context().get_node_id()))
     try:
         replay_job(job, lambda record: ray.get(sink.put.remote(job.run_id, record)))
     except (ClawbedError, OSError) as e:
@@ -419,6 +461,8 @@ class SweepSummary:
     #: ``timing_ok`` False (every attempt fell behind).
     late_reruns: int = 0
     timing_flagged: int = 0
+    #: Scenarios re-run because the Ray worker or node running them died.
+    lost_workers: int = 0
 
 
 def new_run_id(prefix: str = "") -> str:
@@ -468,6 +512,16 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
     summary = SweepSummary()
     jobs: list[ReplayJob] = []
     runs_by_id = {row["scenario_id"]: row["run_dirs"] for row in store.scenarios(suite=suite, sweep=sweep)}
+
+    def new_job(sc: Scenario, plan: tuple[tuple[int, str], ...]) -> ReplayJob:
+        # A new run directory per attempt: never one a killed attempt used (on disk or in the store).
+        used = set(runs_by_id.get(sc.id, []))
+        attempt = 1
+        while (root / f"{sc.id}-a{attempt}").exists() or str(root / f"{sc.id}-a{attempt}") in used:
+            attempt += 1
+        return ReplayJob(sc, plan, root / f"{sc.id}-a{attempt}", new_run_id(run_id_prefix),
+                         inject_delay_ms=inject_delay_ms, rerun_late=rerun_late)
+
     for sc in scenarios:
         store.ensure_scenario(suite, sweep, sc.id, sc.label, sc.settings())
         done = store.done_loads(suite, sweep, sc.id)
@@ -477,13 +531,7 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
         if not plan:
             store.set_status(suite, sweep, sc.id, "complete")
             continue
-        # A new run directory per attempt: never one a killed attempt used (on disk or in the store).
-        used = set(runs_by_id.get(sc.id, []))
-        attempt = 1
-        while (root / f"{sc.id}-a{attempt}").exists() or str(root / f"{sc.id}-a{attempt}") in used:
-            attempt += 1
-        jobs.append(ReplayJob(sc, plan, root / f"{sc.id}-a{attempt}", new_run_id(run_id_prefix),
-                              inject_delay_ms=inject_delay_ms, rerun_late=rerun_late))
+        jobs.append(new_job(sc, plan))
 
     total = sum(len(j.plan) for j in jobs)
     console.print(f"suite {suite} (sweep {sweep}): {len(scenarios)} scenario(s), {total} load(s) to run, "
@@ -523,6 +571,37 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
             summary.failed_scenarios.append(sc.id)
             progress.console.print(f"[red]scenario {sc.label} ({sc.id}) failed: {why}[/red]")
 
+    lost: dict[str, int] = {}
+
+    def rerun(job: ReplayJob, why: str) -> ReplayJob | None:
+        """A new job for the missing loads of ``job``'s scenario, whose worker or node died
+        (Ray): its leftovers removed by its ledger (when this machine sees it), the scenario
+        marked running with the new run directory; None after :data:`RERUNS_ON_LOSS` losses
+        or when nothing is missing."""
+        sc = job.scenario
+        lost[sc.id] = lost.get(sc.id, 0) + 1
+        ledger = job.run_dir / "ledger.jsonl"
+        if ledger.is_file():
+            import clawbed.claw.server.loader  # noqa: F401 — registers the cleanup of BPF pins, mounts, qdiscs
+            from clawbed.netns import cleanup_from_ledger
+
+            cleanup_from_ledger(ledger)
+        done = store.done_loads(suite, sweep, sc.id)
+        plan = tuple((r, s) for r, s in job.plan if (s, r) not in done)
+        if not plan or lost[sc.id] > RERUNS_ON_LOSS:
+            return None
+        runs_by_id.setdefault(sc.id, []).append(str(job.run_dir))
+        again = new_job(sc, plan)
+        per_job[id(again)] = per_job[id(job)]
+        summary.lost_workers += 1
+        progress.console.print(f"[yellow]scenario {sc.label} ({sc.id}): {why}; its {len(plan)} missing load(s) "
+                               f"run again in {again.run_dir.name}, on another node if there is one[/yellow]")
+        store.set_status(suite, sweep, sc.id, "running", run_dir=str(again.run_dir), owner_pid=os.getpid())
+        return again
+
+    def on_node(job: ReplayJob, node_id: str) -> None:
+        progress.console.print(f"  {job.scenario.label}: {job.run_dir.name} runs on Ray node {node_id}")
+
     def started(jobs_: list[ReplayJob]) -> Iterable[ReplayJob]:
         # The scenario is marked running (with its run dir and this pid) just before its replay
         # creates anything, so a resume after SIGKILL knows which ledger to clean up.
@@ -534,7 +613,11 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
 
     try:
         with progress:
-            executor.run(started(jobs), on_load, on_done)
+            if getattr(executor, "reruns_lost_jobs", False):
+                executor.run(started(jobs), on_load, on_done, rerun=rerun,  # type: ignore[call-arg]
+                             on_node=on_node)
+            else:
+                executor.run(started(jobs), on_load, on_done)
     except KeyboardInterrupt:
         for job in jobs:
             rows = store.scenarios(suite=suite, sweep=sweep)

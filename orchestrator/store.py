@@ -54,18 +54,19 @@ CREATE TABLE IF NOT EXISTS loads (
     bytes_total INTEGER, protocol TEXT, error TEXT, run_dir TEXT, load_index INTEGER,
     t_start_unix_s REAL, t_end_unix_s REAL, recorded_unix_s REAL NOT NULL,
     trace_ms INTEGER, timing_ok INTEGER, late_reruns INTEGER NOT NULL DEFAULT 0, subframe_late_max_ms REAL,
-    delivery_err_max_ms REAL, steal_pct REAL,
+    delivery_err_max_ms REAL, steal_pct REAL, cpu_wait_pct REAL,
     UNIQUE (suite, sweep, scenario_id, scheme, repetition));
 CREATE INDEX IF NOT EXISTS loads_by_scenario ON loads (suite, sweep, scenario_id);
 """
 LOAD_COLUMNS = ("suite", "sweep", "scenario_id", "label", "scheme", "repetition", "ok", "plt_ms", "bytes_total",
                 "protocol", "error", "run_dir", "load_index", "t_start_unix_s", "t_end_unix_s", "recorded_unix_s",
-                "trace_ms", "timing_ok", "late_reruns", "subframe_late_max_ms", "delivery_err_max_ms", "steal_pct")
+                "trace_ms", "timing_ok", "late_reruns", "subframe_late_max_ms", "delivery_err_max_ms", "steal_pct",
+                "cpu_wait_pct")
 #: Columns a later version added to ``loads``, with their SQL types: a store made before them
 #: gets them on opening (NULL in its old rows).
 _ADDED_LOAD_COLUMNS = (("trace_ms", "INTEGER"), ("timing_ok", "INTEGER"),
                        ("late_reruns", "INTEGER NOT NULL DEFAULT 0"), ("subframe_late_max_ms", "REAL"),
-                       ("delivery_err_max_ms", "REAL"), ("steal_pct", "REAL"))
+                       ("delivery_err_max_ms", "REAL"), ("steal_pct", "REAL"), ("cpu_wait_pct", "REAL"))
 
 
 def default_store_path() -> Path:
@@ -102,6 +103,8 @@ class LoadRow:
     subframe_late_max_ms: float | None = None
     delivery_err_max_ms: float | None = None
     steal_pct: float | None = None
+    #: % of the load's time some task waited for a CPU (``LoadRecord.cpu_wait_pct``).
+    cpu_wait_pct: float | None = None
 
     @classmethod
     def from_record(cls, record: LoadRecord, *, suite: str, sweep: str, scenario_id: str, label: str,
@@ -113,7 +116,8 @@ class LoadRow:
                    t_start_unix_s=record.t_start_unix_s, t_end_unix_s=record.t_end_unix_s,
                    recorded_unix_s=recorded_unix_s, trace_ms=record.trace_ms, timing_ok=record.timing_ok,
                    late_reruns=record.late_reruns, subframe_late_max_ms=record.subframe_late_max_ms,
-                   delivery_err_max_ms=record.delivery_err_max_ms, steal_pct=record.steal_pct)
+                   delivery_err_max_ms=record.delivery_err_max_ms, steal_pct=record.steal_pct,
+                   cpu_wait_pct=record.cpu_wait_pct)
 
     def as_dict(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in LOAD_COLUMNS}
@@ -202,7 +206,8 @@ class Store:
                                                        ("timing_ok", row.timing_ok), ("late_reruns", row.late_reruns),
                                                        ("subframe_late_max_ms", row.subframe_late_max_ms),
                                                        ("delivery_err_max_ms", row.delivery_err_max_ms),
-                                                       ("steal_pct", row.steal_pct))
+                                                       ("steal_pct", row.steal_pct),
+                                                       ("cpu_wait_pct", row.cpu_wait_pct))
                                      if v is not None},
                                     int((row.t_end_unix_s or row.recorded_unix_s) * 1e9)))
             self._metrics.send()

@@ -188,6 +188,25 @@ def cpu_ticks(path: Path = Path("/proc/stat")) -> tuple[int, int] | None:
     return values[7], sum(values[:8])
 
 
+def cpu_pressure_us(path: Path = Path("/proc/pressure/cpu")) -> int | None:
+    """Total µs during which some runnable task waited for a CPU (PSI), or None without PSI."""
+    try:
+        first = path.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    for item in first[1:]:
+        if item.startswith("total="):
+            return int(item[6:])
+    return None
+
+
+def pressure_between(before: int | None, after: int | None, wall_s: float) -> float | None:
+    """% of ``wall_s`` during which some task waited for a CPU, between two PSI readings."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return round(min(100.0, (after - before) / 1e6 / wall_s * 100.0), 1)
+
+
 def steal_between(before: tuple[int, int] | None, after: tuple[int, int] | None) -> tuple[float | None, float | None]:
     """(steal ms summed over CPUs, steal % of the machine's CPU time) between two readings."""
     if before is None or after is None:

@@ -59,9 +59,20 @@ class LoadRecord:
     delivery_err_p999_ms: float | None = None
     steal_ms: float | None = None
     steal_pct: float | None = None
+    #: CPU pressure over the load: % of its wall time during which some runnable task waited
+    #: for a CPU (``/proc/pressure/cpu``, "some"): how contended the machine was — the loader,
+    #: nginx and the TLS handshakes run on the same CPUs, so this moves PLT. None: no PSI.
+    cpu_wait_pct: float | None = None
     #: False when the emulator fell behind by more than ``LATE_LIMIT_MS`` during the load
     #: (its timing is not the model's); None: not measured.
     timing_ok: bool | None = None
+    #: Where the load's wall time beyond its PLT went, ms: ``scheme_setup`` (the scheme's
+    #: server side, agents and clients, until ready), ``sampler_start``, ``seek``, ``loader``
+    #: (the loader's wall time beyond the PLT: process and browser start, connection set-up
+    #: before the first request, teardown), ``teardown`` (sampler stop, scheme teardown),
+    #: ``series`` (writing the time series), ``timing`` (the lateness measurement) and ``total``
+    #: (the whole load's wall time minus its PLT).
+    overhead_ms: dict[str, float] = field(default_factory=dict)
     #: Attempts of this load discarded before it because their ``timing_ok`` was False
     #: (``--rerun-late``; their records are in ``late-loads.jsonl``).
     late_reruns: int = 0
@@ -98,4 +109,5 @@ LATE_LIMIT_MS = 1.0
 CSV_COLUMNS = ("load", "round", "trace_ms", "scheme", "ok", "error", "plt_ms", "bytes_total", "page_bytes",
                "protocol", "n_objects", "t_start_unix_s", "t_end_unix_s", "t_first_flow_unix_s", "flows",
                "retransmits", "load_dir", "timing_ok", "late_reruns", "subframe_late_max_ms",
-               "subframe_late_p999_ms", "delivery_err_max_ms", "delivery_err_p999_ms", "steal_ms", "steal_pct")
+               "subframe_late_p999_ms", "delivery_err_max_ms", "delivery_err_p999_ms", "steal_ms", "steal_pct",
+               "cpu_wait_pct")

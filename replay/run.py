@@ -56,7 +56,7 @@ from clawbed.orchestrator.network.crosstraffic import (
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
 from clawbed.replay import loaders, pages, webserver
-from clawbed.replay.lateness import LoadTiming, cpu_ticks, judge, steal_between
+from clawbed.replay.lateness import LoadTiming, cpu_pressure_us, cpu_ticks, judge, pressure_between, steal_between
 from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
 from clawbed.replay.rundir import (
     RunDir,
@@ -419,6 +419,7 @@ class Replay:
             trace_ms = cfg.round_trace_ms(round_, self.trace.duration_ms) if cfg.align_trace else None
             late_reruns = 0
             while True:
+                began = time.monotonic()
                 load_dir = self.run_dir.load_dir(index, scheme_name)
                 ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
                                     server_address=str(server_address), server_device=server_device,
@@ -426,6 +427,7 @@ class Replay:
                                     client_args=client_args)
                 record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
                                                     trace_ms, emu.seek)
+                mark = time.monotonic()
                 try:
                     self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s,
                                       client_log)
@@ -434,7 +436,12 @@ class Replay:
                     self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
                                               message=f"load {index}: its time series were not all kept: "
                                                       f"{record.series_error}"))
+                series_done = time.monotonic()
                 self._judge_timing(record, timing)
+                done = time.monotonic()
+                record.overhead_ms.update(series=round((series_done - mark) * 1000, 1),
+                                          timing=round((done - series_done) * 1000, 1),
+                                          total=round((done - began) * 1000 - (record.plt_ms or 0.0), 1))
                 record.late_reruns = late_reruns
                 if record.timing_ok is not False or not cfg.rerun_late or late_reruns >= cfg.max_late_reruns:
                     break
@@ -538,25 +545,42 @@ class Replay:
                             load_dir=str(load_dir.relative_to(self.run_dir.path)))
         scheme = get_scheme(scheme_name)()
         client_log = None
+        phase = time.monotonic()
+
+        def lap(name: str) -> None:
+            nonlocal phase
+            now = time.monotonic()
+            record.overhead_ms[name] = round((now - phase) * 1000, 1)
+            phase = now
+
+        loader_started = None
         try:
             # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
             scheme.setup(ctx)
             record.cc = scheme.server_cc  # the kernel's name of it, as the TCP samples show
             scheme.start_clients(ctx)  # returns once they are ready
             client_log = scheme.client_log(ctx, ctx.ues[0])
+            lap("scheme_setup")
             sampler.reset(cc_maps_dir=scheme.cc_maps_dir)
             sampler.start()
             background_before = {a.name: a.bytes_delivered() for a in activities}
+            lap("sampler_start")
             if trace_ms is not None:
                 seek(trace_ms)
                 record.trace_ms = trace_ms
-            steal_before = cpu_ticks()
+            lap("seek")
+            loader_started = phase
+            steal_before, pressure_before = cpu_ticks(), cpu_pressure_us()
             self.on_event(ReplayEvent("loader-start", len(self.config.plan()), load=index, scheme=scheme_name))
             record.t_start_unix_s = time.time()
             result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
                                       http1=cfg.http_version == "1.1", log_dir=load_dir, access=self.access)
             record.t_end_unix_s = time.time()
+            lap("loader")
+            record.overhead_ms["loader"] = round(record.overhead_ms["loader"] - (result.plt_ms or 0.0), 1)
             record.steal_ms, record.steal_pct = steal_between(steal_before, cpu_ticks())
+            record.cpu_wait_pct = pressure_between(pressure_before, cpu_pressure_us(),
+                                                   record.t_end_unix_s - record.t_start_unix_s)
             # What the background got across while the page loaded: the competition it met.
             record.background_bytes = {a.name: a.bytes_delivered() - background_before[a.name] for a in activities}
             record.ok, record.error, record.plt_ms = bool(result.ok), result.error, result.plt_ms
@@ -568,12 +592,15 @@ class Replay:
             record.t_end_unix_s = record.t_end_unix_s or time.time()
             record.error = f"{type(e).__name__}: {e}"
         finally:
+            if loader_started is not None and "loader" not in record.overhead_ms:
+                lap("loader")  # it failed: its whole wall time
             sampler.stop()
             try:
                 scheme.teardown()
             except ClawbedError as e:
                 record.ok = False
                 record.error = (record.error + "; " if record.error else "") + f"teardown: {e}"
+            lap("teardown")
         if record.ok and record.bytes_total is not None and record.bytes_total < self.page.required_bytes:
             record.ok = False
             record.error = f"incomplete: {record.bytes_total} of {self.page.required_bytes} bytes"

@@ -391,7 +391,7 @@ finish() {
   if [ -n "$ipid" ]; then
     for _ in $(seq 240); do kill -0 "$ipid" 2>/dev/null || break; sleep 0.5; done
   fi
-  rm -rf --one-file-system "$work/debootstrap.$$" "$base_tar.tmp" 2>/dev/null
+  [ -z "$base_tar" ] || rm -rf --one-file-system "$work/debootstrap.$$" "$base_tar.tmp" 2>/dev/null
   if [ -n "$root" ] && [ -d "$root" ]; then
     local start=$SECONDS
     if awk -v r="$root" '$5 == r || index($5, r "/") == 1 {f = 1} END {exit !f}' /proc/self/mountinfo; then
@@ -437,7 +437,7 @@ finish() {
 }
 
 host() {
-  keep=0 rebase=0 rev=HEAD head="" head_short="?"
+  keep=0 rebase=0 rev=HEAD head="" head_short="?" base_tar="" root="" inner_pid="" net_before=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --rev) [ $# -ge 2 ] || die "--rev needs a commit"; rev=$2; shift ;;
@@ -480,7 +480,8 @@ host() {
   dirty=$(git -C "$repo" status --porcelain --untracked-files=normal | wc -l)
   if [ "$dirty" -gt 0 ]; then
     warn "$dirty uncommitted change(s) in $repo are NOT part of this check: it uses a fresh clone of $rev ($head_short)"
-    git -C "$repo" status --porcelain --untracked-files=normal | head -n 20 | sed 's/^/    /'
+    { git -C "$repo" status --porcelain --untracked-files=normal | head -n 10 | sed 's/^/    /'; } || true
+    [ "$dirty" -le 10 ] || echo "    … and $((dirty - 10)) more"
   fi
 
   mirror=${CHECK_FRESH_MIRROR:-$(host_archive "")}

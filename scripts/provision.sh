@@ -48,12 +48,12 @@ for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
 done
 
-# Rust: the workspace needs cargo >= 1.80. Use one already installed (rustup in ~/.cargo or
+# Rust: the workspace needs cargo >= 1.85 (clap in Cargo.lock needs it). Use one already installed (rustup in ~/.cargo or
 # a distribution one); otherwise Debian's rustc-web/cargo-web (1.85+ in bookworm).
 cargo_ok() {
   local v
   v=$("$1" --version 2>/dev/null | awk '{print $2}') || return 1
-  [ -n "$v" ] && [ "$(printf '%s\n1.80.0\n' "$v" | sort -V | head -n1)" = "1.80.0" ]
+  [ -n "$v" ] && [ "$(printf '%s\n1.85.0\n' "$v" | sort -V | head -n1)" = "1.85.0" ]
 }
 cargo_bin=""
 for c in "$(command -v cargo || true)" "${HOME:-/root}/.cargo/bin/cargo" /usr/bin/cargo; do
@@ -73,7 +73,7 @@ else
 fi
 if [ -z "$cargo_bin" ]; then
   cargo_bin=/usr/bin/cargo
-  cargo_ok "$cargo_bin" || die "installed cargo-web but $cargo_bin is missing or older than 1.80"
+  cargo_ok "$cargo_bin" || die "installed cargo-web but $cargo_bin is missing or older than 1.85"
 fi
 
 # --- Python environment ------------------------------------------------------------------

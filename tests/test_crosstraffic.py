@@ -192,7 +192,7 @@ def test_another_ue_runs_claw_beside_the_replays_claw(clawbed_cli: Path, tmp_pat
     (["--wireline-rate", WIRELINE, "--cross-traffic", "bulk:0"], "flows must be 1..64"),
     (["--other-ues", "two"], "--other-ues 'two': give N or N:scheme"),
     (["--other-ues", "64"], "--other-ues '64': N must be 1..63"),
-    (["--other-ues", "2:vegas"], "--other-ues: unknown scheme 'vegas'"),
+    (["--other-ues", "2:westwood"], "--other-ues: unknown scheme 'westwood'"),
 ])
 def test_bad_background_flags_are_refused_before_anything_is_made(clawbed_cli: Path, tmp_path: Path,
                                                                    args: list[str], message: str) -> None:

@@ -20,8 +20,7 @@ from clawbed.claw.client.daemon import DaemonConfig, _parser, config_from_args, 
 from clawbed.claw.client.feed import FeedDecoder, LossKind, mi2log_messages
 from clawbed.claw.client.offline import replay
 from clawbed.traces.diaglog import read_log
-from clawbed.traces.diaglog.emufeed import (Mi2logStream, encode_feed_message, feed_to_mobileinsight,
-                                            write_feed_mi2log)
+from clawbed.traces.diaglog.emufeed import Mi2logStream, encode_feed_message, feed_to_mobileinsight, write_feed_mi2log
 from clawbed.traces.diaglog.encode import quantise
 from clawbed.traces.diaglog.log import decode_bytes
 

@@ -45,7 +45,7 @@ def _with(path_keys: list, value: object) -> dict:
 
 BAD = [
     (["matrix", "conditions", 1, "core_rtt_ms"], -5, "suite.yaml: matrix.conditions[1].core_rtt_ms:"),
-    (["matrix", "schemes", 1], "vegas", "suite.yaml: matrix.schemes[1]: unknown scheme 'vegas'"),
+    (["matrix", "schemes", 1], "westwood", "suite.yaml: matrix.schemes[1]: unknown scheme 'westwood'"),
     (["matrix", "pages", 0], "nosuch", "suite.yaml: matrix.pages[0]: unknown page 'nosuch'"),
     (["matrix", "traces", 1], "synth:moon", "suite.yaml: matrix.traces[1]: 'synth:moon': unknown preset"),
     (["matrix", "conditions", 0, "wireline_rate"], "20mbps", "suite.yaml: matrix.conditions[0].wireline_rate:"),

@@ -151,7 +151,7 @@ def test_config_refuses_bad_arguments_naming_the_flag(tmp_path: Path) -> None:
         ReplayConfig(**fields).check()  # type: ignore[arg-type]
 
     check()
-    for changes, message in (({"schemes": ["claw", "vegas"]}, "unknown scheme 'vegas'"),
+    for changes, message in (({"schemes": ["claw", "westwood"]}, "unknown scheme 'westwood'"),
                              ({"schemes": ["cubic", "cubic"]}, "--schemes cubic,cubic: a scheme is listed twice"),
                              ({"runs": 0}, "--runs 0: must be at least 1"),
                              ({"trace": tmp_path / "none.cbt"}, "--trace .*none.cbt: no such file"),

@@ -153,7 +153,7 @@ def test_ctrl_c_mid_run_keeps_finished_loads_and_leaves_nothing(clawbed_cli: Pat
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--schemes", "claw,vegas"], "unknown scheme 'vegas'"),
+    (["--schemes", "claw,westwood"], "unknown scheme 'westwood'"),
     (["--runs", "0"], "--runs 0: must be at least 1"),
     (["--trace", "/nonexistent/trace.cbt"], "--trace /nonexistent/trace.cbt: no such file"),
     (["--page", "no-such-page"], "unknown page 'no-such-page'"),

@@ -142,5 +142,8 @@ def render_summary(path: str | Path, summary: dict[str, Any]) -> None:
                 lines.append(f"{label}: " + ", ".join(f"{k} ×{v}" for k, v in cov[key].items()))
         if cov.get("other_rbs"):
             lines.append(f"other users' RBs: {cov['other_rbs']}")
+        if cov.get("path") == "mac-fallback":
+            lines.append("lossy path: no usable 0xB173, the UE's blocks from 0xB063; estimated: "
+                         + ", ".join(cov.get("estimated_columns", [])))
     for line in lines:
         console.print(line)

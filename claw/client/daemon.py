@@ -31,19 +31,18 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Protocol, Sequence
+from typing import Any, Protocol
 
+from clawbed.claw.client.analyzer import DEFAULT_IDLE_TIMEOUT_MS, Variant
+from clawbed.claw.client.core import MAX_FEEDBACK_PERIOD_MS, MIN_FEEDBACK_PERIOD_MS, ClientConfig, ClientCore, Step
+from clawbed.claw.client.estimates import EstimateLog
+from clawbed.claw.client.feed import FeedFormatError, LossKind, mi2log_stream
 from clawbed.claw.feedback import ECHO_BYTES, FeedbackRejected, decode_echo, read_key
 from clawbed.errors import ClawbedError, InputError
 from clawbed.lte import VALID_N_RB
-
-from clawbed.claw.client.analyzer import DEFAULT_IDLE_TIMEOUT_MS, Variant
-from clawbed.claw.client.core import (MAX_FEEDBACK_PERIOD_MS, MIN_FEEDBACK_PERIOD_MS, ClientConfig, ClientCore,
-                                      Step)
-from clawbed.claw.client.estimates import EstimateLog
-from clawbed.claw.client.feed import FeedFormatError, LossKind, mi2log_stream
 
 #: Default diag feed port (the emulator's default, ``clawbed.emulator.config.DEFAULT_DIAG_PORT``).
 DEFAULT_DIAG_PORT = 5775
@@ -235,7 +234,7 @@ def feed_messages(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
 
 
 class _EchoProtocol(asyncio.DatagramProtocol):
-    def __init__(self, daemon: "ClientDaemon") -> None:
+    def __init__(self, daemon: ClientDaemon) -> None:
         self.daemon = daemon
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:

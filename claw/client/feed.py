@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from clawbed import lte
-
 from clawbed.claw.client.analyzer import SfnClock
 from clawbed.traces.diaglog.emufeed import Mi2logStream
 

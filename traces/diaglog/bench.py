@@ -27,8 +27,8 @@ from clawbed.errors import ClawbedError
 from clawbed.paths import REPO_ROOT, shared_dir
 from clawbed.traces.diaglog.encode import encode_message
 from clawbed.traces.diaglog.frames import encode_frame
-from clawbed.traces.diaglog.log import decode_bytes
 from clawbed.traces.diaglog.importer import import_mobileinsight
+from clawbed.traces.diaglog.log import decode_bytes
 
 RESULTS = REPO_ROOT / "bench-results" / "diaglog.json"
 RECORDS_PER_PACKET = 10
@@ -58,7 +58,7 @@ def synthetic_log(seconds: float, seed: int = 1) -> bytes:
             records.append({"Subframe Num": s % 10, "Frame Num": s // 10, "Num RBs": rbs,
                             "Num Layers": 2 if two else 1, "Transport Blocks": tbs})
             samples.append({"SFN": s // 10, "Sub-FN": s % 10, "HARQ ID": k % 8,
-                            "DL TBS (bytes)": tbs[0]["TB Size"] - 3, "RLC PDUs": 1})
+                            "DL TBS (bytes)": int(tbs[0]["TB Size"]) - 3, "RLC PDUs": 1})
         t = t0 + (start + len(records) - 1) / 1000
         out += encode_message({"type_id": "LTE_PHY_PDSCH_Stat_Indication", "timestamp": t,
                                "Records": records})

@@ -24,10 +24,10 @@ from clawbed.traces.diaglog.frames import encode_frame
 from clawbed.traces.diaglog.log import LOG_HEADER_BYTES, LOG_PACKET, unix_s_to_ticks
 from clawbed.traces.diaglog.messages import (
     ACK_NACK,
+    B193_SUBPACKET_ID,
     CRC_RESULTS,
     DID_RECOMBINING,
     DISCARDED_PRESENT,
-    B193_SUBPACKET_ID,
     HSIC,
     LTE_MAC_DL_TB,
     LTE_PDCP_DL_STATS,

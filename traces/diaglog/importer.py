@@ -69,8 +69,7 @@ from clawbed.errors import InputError
 from clawbed.lte import MAX_MCS, N_RB_BY_BANDWIDTH_MHZ, db_to_linear, load_from_rsrq, tbs_grid
 from clawbed.traces.diaglog.dci import carry_forward, read_dci_log
 from clawbed.traces.diaglog.log import GPS_EPOCH_UNIX_S, TICKS_PER_S, DiagLog, decode_bytes
-from clawbed.traces.diaglog.messages import (LTE_MAC_DL_TB, LTE_PHY_PDSCH_STAT, LTE_PHY_SERV_CELL_MEAS,
-                                             cell_index_of)
+from clawbed.traces.diaglog.messages import LTE_MAC_DL_TB, LTE_PHY_PDSCH_STAT, LTE_PHY_SERV_CELL_MEAS, cell_index_of
 from clawbed.traces.diaglog.pdsch import INFERRED_LAYOUTS, PdschCollector, PdschColumns
 from clawbed.traces.diaglog.timing import HALF_PERIOD_MS, REANCHOR_MS, SFN_PERIOD_MS, SfnClock
 from clawbed.traces.schema import COLUMN_BY_NAME, Trace, make_trace, new_metadata
@@ -165,8 +164,6 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
     collector = PdschCollector(INFERRED_LAYOUTS if infer_v48 else None)
     log = decode_bytes(data, codes={LTE_PHY_SERV_CELL_MEAS}, raw={LTE_PHY_PDSCH_STAT: collector})
     cols = collector.columns()
-    stats = log.stats
-    versions = {k: v for k, v in stats.decoded.items()}
     sel = np.flatnonzero(cols.cell == cell)
     if len(sel) == 0:
         return _import_from_mac(path, data, log, cols, bandwidth_mhz=bandwidth_mhz, n_rb=n_rb,
@@ -367,6 +364,7 @@ def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray
     if "rsrq_db" in held:
         est.append("other_rbs" if dci_path is None else "other_rbs (outside the DCI log's span)")
     path_info = {**path_info, "estimated_columns": est}
+    coverage.update({"path": path_info["path"], "estimated_columns": est})
     provenance: dict[str, Any] = {
         "generator": "clawbed trace import --from mobileinsight",
         "input_file": path.name,
@@ -509,5 +507,6 @@ def _import_from_mac(path: Path, data: bytes, log: DiagLog, cols: PdschColumns, 
     return _finish(path, data, log, columns, record_rows, anchors, t0=t0, start_sfn=start_sfn, duration=duration,
                    n_rb=n_rb, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas, cell=cell, dci_path=dci_path,
                    dci_kind=dci_kind, mapping=mapping, path_info=path_info,
-                   coverage_extra={"timing_reanchors": clock.reanchors, "mac_versions": dict(mac.stats.decoded),
-                                   "mac_unknown_versions": dict(mac.stats.unknown_versions)})
+                   coverage_extra={"timing_reanchors": clock.reanchors,
+                                   "versions": {**stats.decoded, **mac.stats.decoded},
+                                   "unknown_versions": {**stats.unknown_versions, **mac.stats.unknown_versions}})

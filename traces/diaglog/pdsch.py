@@ -123,7 +123,7 @@ class PdschCollector:
         n = len(seq)
 
         def merged(name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-            out = np.zeros((n, *shape), dtype=dtype)
+            out: np.ndarray = np.zeros((n, *shape), dtype=dtype)
             if n:
                 out[where] = np.concatenate([c[name] for c in per_version.values()])
             return out

@@ -126,7 +126,7 @@ proptest! {
         let payload: Vec<u8> = (0..payload_len).map(|i| i as u8).collect();
         let packet = tcp_packet(ihl, doff, flags, wrong_total, frag, &payload);
         let hdr = VnetHdr { flags: 1, gso_type: 1, hdr_len: 40, gso_size, csum_start: 20, csum_offset: 16 };
-        exercise(&hdr, &[packet.clone()], &offloads);
+        exercise(&hdr, std::slice::from_ref(&packet), &offloads);
         // A well-formed super-packet splits into segments that carry its payload, in order.
         let well_formed = (5..=15).contains(&ihl) && (5..=15).contains(&doff) && wrong_total.is_none() && frag & 0x3fff == 0;
         if well_formed && gso_size > 0 && payload_len > 0 {

@@ -121,7 +121,7 @@ pub fn ticks(unix_s: f64) -> u64 {
 fn quantise(value: Option<f64>, offset: f64, step: f64, bits: u32) -> u32 {
     let Some(v) = value.filter(|v| v.is_finite()) else { return 0 };
     let x = (v - offset) / step + 0.5;
-    if !(x > 0.0) {
+    if x <= 0.0 {
         return 0;
     }
     let top = (1u32 << bits) - 1;

@@ -1,0 +1,487 @@
+"""The rows that are page loads: each writes an orchestrator suite spec (``suite.yaml`` in the
+row's directory), runs it with the suites' machinery (``run_suite``: one replay per scenario,
+nginx, the real loader, every load in the result store under suite ``fidelity-<row>`` and the
+fidelity run's name as the sweep) and scores the loads: PLTs from the store, TCP samples and
+ground truth from each load's directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import yaml
+
+from clawbed.orchestrator.fidelity.harness import RowContext, constant_trace, fmt, rate_bps, save_figure, spearman
+from clawbed.orchestrator.fidelity.mechanisms import presence
+from clawbed.orchestrator.fidelity.results import Check, Outcome
+from clawbed.orchestrator.store import LoadRow
+
+
+def run_spec(ctx: RowContext, matrices: list[dict[str, Any]], **top: Any) -> list[LoadRow]:
+    """Write and run the row's suite; its loads (resumed when the row is run again in the same run)."""
+    from clawbed.orchestrator.runner import run_suite
+    from clawbed.orchestrator.spec import load_spec
+    from clawbed.orchestrator.store import Store
+
+    suite = f"fidelity-{ctx.row.id.lower()}"
+    spec = {"suite": suite, "description": f"fidelity row {ctx.row.id}: {ctx.row.title}", "seeds": [1],
+            **{k: v for k, v in top.items() if v is not None}, "matrices": matrices}
+    path = ctx.out / "suite.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    loaded = load_spec(path)
+    with Store(ctx.store_path) as store:
+        run_suite(loaded, store, sweep=ctx.sweep, resume=True, output_root=ctx.out / "suites",
+                  run_id_prefix=ctx.run_id_prefix, console=ctx.console)
+        return store.loads(suite=suite, sweep=ctx.sweep)
+
+
+def split_label(label: str) -> tuple[str, str, str]:
+    """(trace, page, condition) of a scenario label ``trace/page/condition/s<seed>``."""
+    trace, page, cond, _seed = label.rsplit("/", 3)
+    return trace, page, cond
+
+
+def plts(loads: list[LoadRow]) -> dict[tuple[str, str, str, str], list[float]]:
+    """Successful PLTs (s) per (trace, page, condition, scheme)."""
+    out: dict[tuple[str, str, str, str], list[float]] = {}
+    for r in loads:
+        if r.ok and r.plt_ms is not None:
+            out.setdefault((*split_label(r.label), r.scheme), []).append(r.plt_ms / 1000)
+    return out
+
+
+def load_dir(r: LoadRow) -> Path:
+    return Path(r.run_dir or "") / "loads" / f"{r.load_index:03d}-{r.scheme}"
+
+
+def read_csv(path: Path) -> dict[str, list[str]]:
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return {}
+    cols: dict[str, list[str]] = {h: [] for h in rows[0]}
+    for row in rows[1:]:
+        if len(row) == len(rows[0]):
+            for h, v in zip(rows[0], row):
+                cols[h].append(v)
+    return cols
+
+
+def tcp_stats(r: LoadRow) -> dict[str, float]:
+    """Of one load's server TCP samples: retransmissions (summed over flows), max and mean srtt,
+    whether a flow entered Loss (an RTO: ca_state 4), slow start left without a loss."""
+    cols = read_csv(load_dir(r) / "tcp.csv")
+    if not cols:
+        return {}
+    per_flow: dict[str, dict[str, float]] = {}
+    srtt = [float(x) for x in cols["srtt_ms"] if x]
+    ss_exit_no_loss = False
+    for flow, retr, sent, mss, ca, ssth in zip(cols["flow"], cols["retrans_total"], cols["bytes_sent"], cols["mss_bytes"],
+                                               cols["ca_state"], cols["ssthresh_pkts"]):
+        f = per_flow.setdefault(flow, {"retrans": 0.0, "sent": 0.0, "mss": 1448.0, "rto": 0.0})
+        f["retrans"] = max(f["retrans"], float(retr or 0))
+        f["sent"] = max(f["sent"], float(sent or 0))
+        f["mss"] = float(mss or 1448)
+        f["rto"] = max(f["rto"], 1.0 if ca == "4" else 0.0)
+        if ssth and float(retr or 0) == 0:
+            ss_exit_no_loss = True
+    retrans = sum(f["retrans"] for f in per_flow.values())
+    pkts = sum(f["sent"] / f["mss"] for f in per_flow.values())
+    truth = read_csv(load_dir(r) / "truth.csv")
+    drops = sum(float(x or 0) for x in truth.get("overflow_drops", []))
+    return {"retrans": retrans, "loss_frac": retrans / max(pkts, 1), "srtt_max_ms": max(srtt, default=float("nan")),
+            "srtt_mean_ms": float(np.mean(srtt)) if srtt else float("nan"),
+            "rto": float(any(f["rto"] for f in per_flow.values())), "ss_exit_no_loss": float(ss_exit_no_loss),
+            "overflow_drops": drops}
+
+
+def mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
+def med(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def profile_traces(ctx: RowContext, profiles: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """A constant-capacity trace file per profile (``rate``), beside the row's suite spec."""
+    names = {}
+    for name, prof in profiles.items():
+        constant_trace(ctx.out / f"{name}.cbt", rate_bps(prof["rate"]), 600)
+        names[name] = f"{name}.cbt"
+    return names
+
+
+def _rrc_note() -> str:
+    p = presence("rrc-3g")
+    if not p.present:
+        return f"3G profile ran without RRC: {p.reason()}"
+    return "3G profile ran without RRC: suite conditions have no key for the cell's RRC profile yet"
+
+
+# -- SPDY rows --------------------------------------------------------------------------------------
+
+
+def _h2_vs_h1_matrices(ctx: RowContext, pages: list[str], scheme: list[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    p = ctx.params
+    traces = profile_traces(ctx, p["profiles"])
+    matrices = []
+    for name, prof in p["profiles"].items():
+        matrices.append({"name": name, "traces": [traces[name]], "pages": pages, "schemes": scheme,
+                         "conditions": [{"name": f"{name}-h2", "http": "2", "core_rtt_ms": prof["core_rtt_ms"]},
+                                        {"name": f"{name}-h1", "http": "1.1", "core_rtt_ms": prof["core_rtt_ms"]}]})
+    return matrices, traces
+
+
+def spdy_h2_vs_h1(ctx: RowContext) -> Outcome:
+    """SPDY-1: per page, HTTP/2's median PLT over HTTP/1.1's, on a WiFi-like and a 3G-like profile."""
+    p, out = ctx.params, ctx.outcome
+    matrices, traces = _h2_vs_h1_matrices(ctx, p["pages"], ["cubic"])
+    loads = run_spec(ctx, matrices, loader=p["loader"], repetitions=p["repetitions"], load_timeout_s=p["load_timeout_s"])
+    pl = plts(loads)
+    ratios: dict[str, dict[str, float]] = {}
+    for prof in p["profiles"]:
+        for page in p["pages"]:
+            h2 = pl.get((traces[prof], page, f"{prof}-h2", "cubic"), [])
+            h1 = pl.get((traces[prof], page, f"{prof}-h1", "cubic"), [])
+            if h2 and h1:
+                ratios.setdefault(prof, {})[page] = med(h2) / med(h1)
+    out.metrics = {"h2_over_h1_median_plt": ratios, "loads": len(loads), "failed": sum(1 for r in loads if not r.ok)}
+    wifi, g3 = ratios.get("wifi", {}), ratios.get("3g", {})
+    faster = sum(1 for v in wifi.values() if v < 1) / len(wifi) if wifi else float("nan")
+    out.checks.append(Check("WiFi-like: pages where H2 is faster", fmt(faster * 100, "%"), "≥ 80 % of pages",
+                            faster >= 0.8 if wifi else None, "no WiFi-like loads"))
+    if g3:
+        gain = mean([1 - v for v in g3.values()])
+        both = min(g3.values()) < 1 < max(g3.values()) if len(g3) > 1 else None
+        out.checks.append(Check("3G-like: mean H2 gain over H1.1", fmt(gain * 100, "%", 1), "≤ 10 % (paper Cubic 7.3 %)",
+                                gain <= 0.10, _rrc_note()))
+        out.checks.append(Check("3G-like: per-page H2/H1.1 ratios on both sides of 1",
+                                ", ".join(f"{k} {v:.2f}" for k, v in g3.items()), "both sides", both,
+                                "one page only" if both is None else _rrc_note()))
+    fig = go.Figure()
+    for prof, per in ratios.items():
+        fig.add_trace(go.Bar(x=list(per), y=list(per.values()), name=prof))
+    fig.add_hline(y=1.0, line_dash="dot")
+    fig.update_layout(title=f"{ctx.row.id}: median PLT HTTP/2 ÷ HTTP/1.1 per page (Chromium)", yaxis_title="ratio")
+    save_figure(ctx, fig)
+    out.testbed = "; ".join(f"{prof}: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()) for prof, per in ratios.items())
+    out.reason = "pages loaded back to back, not 60 s apart"
+    return out
+
+
+def spdy_page50(ctx: RowContext) -> Outcome:
+    """SPDY-5: a page of ~50 images (set-08: 50 objects, 1 MB), one host, H2 vs H1.1."""
+    p, out = ctx.params, ctx.outcome
+    matrices, traces = _h2_vs_h1_matrices(ctx, [p["page"]], ["cubic"])
+    loads = run_spec(ctx, matrices, loader=p["loader"], repetitions=p["repetitions"], load_timeout_s=p["load_timeout_s"])
+    pl = plts(loads)
+    res = {}
+    for prof in p["profiles"]:
+        h2 = pl.get((traces[prof], p["page"], f"{prof}-h2", "cubic"), [])
+        h1 = pl.get((traces[prof], p["page"], f"{prof}-h1", "cubic"), [])
+        res[prof] = {"h2_mean_s": mean(h2), "h1_mean_s": mean(h1), "ratio": mean(h2) / mean(h1) if h2 and h1 else float("nan")}
+    out.metrics = res
+    g3, wifi = res.get("3g", {}), res.get("wifi", {})
+    out.checks.append(Check("3G-like, one host: H2 PLT / H1.1 PLT", f"{g3.get('ratio', float('nan')):.2f}",
+                            "≥ 1.0 (paper 1.36)", g3["ratio"] >= 1.0 if not np.isnan(g3.get("ratio", np.nan)) else None,
+                            _rrc_note()))
+    out.checks.append(Check("WiFi-like: H2 PLT ≤ H1.1 PLT", f"{wifi.get('ratio', float('nan')):.2f}", "≤ 1.0",
+                            wifi["ratio"] <= 1.0 if not np.isnan(wifi.get("ratio", np.nan)) else None))
+    mh = presence("multi-host-pages")
+    out.checks.append(Check("3G-like, 50 host names: H2 / H1.1", "–", "≥ 1.0 (paper 1.23)", None,
+                            mh.reason() if not mh.present else "variant pending"))
+    fig = go.Figure([go.Bar(x=list(res), y=[v["h2_mean_s"] for v in res.values()], name="HTTP/2"),
+                     go.Bar(x=list(res), y=[v["h1_mean_s"] for v in res.values()], name="HTTP/1.1")])
+    fig.update_layout(title=f"{ctx.row.id}: mean PLT of {p['page']} per profile", yaxis_title="PLT, s")
+    save_figure(ctx, fig)
+    out.testbed = "; ".join(f"{k}: H2 {fmt(v['h2_mean_s'], 's', 2)} vs H1.1 {fmt(v['h1_mean_s'], 's', 2)}" for k, v in res.items())
+    return out
+
+
+def spdy_3g_runs(ctx: RowContext) -> Outcome:
+    """SPDY-2 / SPDY-3 (need the 3G RRC profile): H2 vs H1.1 runs with reno and cubic on the 3G
+    profile; cwnd per connection, retransmissions and RTOs per run from the TCP samples."""
+    p, out = ctx.params, ctx.outcome
+    matrices, traces = _h2_vs_h1_matrices(ctx, p["pages"], p["schemes"])
+    loads = run_spec(ctx, [m for m in matrices if m["name"] == "3g"], loader=p["loader"], repetitions=p["repetitions"],
+                     load_timeout_s=p["load_timeout_s"])
+    pl = plts(loads)
+    for scheme in p["schemes"]:
+        h2 = [v for (t, pg, c, s), vs in pl.items() if s == scheme and c.endswith("h2") for v in vs]
+        h1 = [v for (t, pg, c, s), vs in pl.items() if s == scheme and c.endswith("h1") for v in vs]
+        out.metrics[scheme] = {"h2_mean_s": mean(h2), "h1_mean_s": mean(h1),
+                               "retrans": {c: sum(tcp_stats(r).get("retrans", 0) for r in loads if r.scheme == scheme
+                                                  and split_label(r.label)[2].endswith(c)) for c in ("h2", "h1")}}
+        out.checks.append(Check(f"{scheme}: H2 vs H1.1 mean PLT", f"{fmt(mean(h2), 's', 2)} vs {fmt(mean(h1), 's', 2)}",
+                                p["target"][scheme], None, _rrc_note()))
+    return out
+
+
+# -- CLAW rows ---------------------------------------------------------------------------------
+
+
+def _claw_run(ctx: RowContext) -> tuple[list[LoadRow], dict[tuple[str, str, str, str], list[float]]]:
+    p = ctx.params
+    loads = run_spec(ctx, p["matrices"], loader=p["loader"], repetitions=p["repetitions"], synth_seconds=p.get("synth_seconds"),
+                     load_timeout_s=p.get("load_timeout_s", 120), max_other_ues=p.get("max_other_ues"))
+    return loads, plts(loads)
+
+
+def _by(pl: dict[tuple[str, str, str, str], list[float]], scheme: str, trace: str | None = None, page: str | None = None,
+        cond: str | None = None) -> list[float]:
+    return [v for (t, pg, c, s), vs in pl.items() if s == scheme and (trace is None or t.endswith(trace))
+            and (page is None or pg == page) and (cond is None or c == cond) for v in vs]
+
+
+def _bar_figure(ctx: RowContext, pl: dict[tuple[str, str, str, str], list[float]], title: str) -> None:
+    fig = go.Figure()
+    schemes = sorted({k[3] for k in pl})
+    for s in schemes:
+        keys = [k for k in pl if k[3] == s]
+        fig.add_trace(go.Box(x=[f"{k[0].removeprefix('synth:')}/{k[1]}/{k[2]}" for k in keys for _ in pl[k]],
+                             y=[v for k in keys for v in pl[k]], name=s))
+    fig.update_layout(title=f"{ctx.row.id}: {title}", yaxis_title="PLT, s", boxmode="group")
+    save_figure(ctx, fig)
+
+
+def claw_loss_plt(ctx: RowContext) -> Outcome:
+    """CLAW-1: PLT against losses and RTT spikes across loads of one page (Cubic)."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    pts = [(r.plt_ms / 1000, tcp_stats(r)) for r in loads if r.ok and r.plt_ms]
+    pts = [(t, s) for t, s in pts if s]
+    losses = [s["loss_frac"] for _, s in pts]
+    plt_s = [t for t, _ in pts]
+    worst = max(losses, default=float("nan"))
+    out.checks.append(Check("loss in every load", fmt(worst * 100, "% (worst)", 3), "< 1 %", worst < 0.01 if pts else None))
+    rho = spearman([s["retrans"] for _, s in pts], plt_s)
+    out.checks.append(Check("PLT rises with lost packets (Spearman)", f"{rho:.2f}", "> 0",
+                            rho > 0 if not np.isnan(rho) else None, "no load had a loss (nothing to rank)"))
+    ratio = max(plt_s) / min(plt_s) if plt_s else float("nan")
+    out.checks.append(Check("worst / best PLT", f"{ratio:.2f}", "≥ 2 (proposed)", ratio >= 2 if plt_s else None))
+    m = med(plt_s)
+    outliers = [s for t, s in pts if s["retrans"] == 0 and t > 1.5 * m]
+    out.metrics = {"loads": len(pts), "median_plt_s": m, "loss_free_outliers": len(outliers),
+                   "outlier_max_srtt_ms": [s["srtt_max_ms"] for s in outliers]}
+    fig = go.Figure([go.Scatter(x=[s["retrans"] for _, s in pts], y=plt_s, mode="markers", name="PLT vs retransmissions"),
+                     go.Scatter(x=[s["srtt_max_ms"] for _, s in pts], y=plt_s, mode="markers", name="PLT vs max srtt (ms)",
+                                xaxis="x2")])
+    fig.update_layout(title=f"{ctx.row.id}: PLT against retransmissions and max RTT per load (Cubic)",
+                      xaxis_title="retransmitted packets", xaxis2={"overlaying": "x", "side": "top", "title": "max srtt, ms"},
+                      yaxis_title="PLT, s")
+    save_figure(ctx, fig)
+    out.testbed = (f"{len(pts)} loads, median PLT {fmt(m, 's', 2)}, worst/best {ratio:.2f}, worst loss "
+                   f"{fmt(worst * 100, '%', 3)}, {len(outliers)} loss-free outlier(s)")
+    return out
+
+
+def claw_idle(ctx: RowContext) -> Outcome:
+    """CLAW-4: idle cell, Cubic vs CLAW; RTOs without buffer drops; slow start left without loss."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    cub, claw = _by(pl, "cubic"), _by(pl, "claw")
+    ratio = med(cub) / med(claw) if cub and claw else float("nan")
+    out.checks.append(Check("Cubic median PLT / CLAW's", f"{ratio:.2f}", "1.3–2.0 (paper ≈ 1.5)", 1.3 <= ratio <= 2.0
+                            if not np.isnan(ratio) else None))
+    st = [tcp_stats(r) for r in loads if r.scheme == "cubic" and r.ok]
+    rto_clean = sum(1 for s in st if s and s["rto"] and s["overflow_drops"] == 0)
+    early = sum(1 for s in st if s and s["ss_exit_no_loss"])
+    out.checks.append(Check("Cubic loads with an RTO and zero buffer drops", str(rto_clean), "≥ 1", rto_clean >= 1))
+    out.checks.append(Check("Cubic loads leaving slow start without a loss", str(early), "≥ 1", early >= 1))
+    out.metrics = {"cubic_plt_s": cub, "claw_plt_s": claw}
+    _bar_figure(ctx, pl, "PLT per scheme on the idle cell")
+    out.testbed = f"Cubic {fmt(med(cub), 's', 2)} vs CLAW {fmt(med(claw), 's', 2)} (×{ratio:.2f}); {rto_clean} clean RTO(s), {early} early exit(s)"
+    return out
+
+
+def claw_image(ctx: RowContext) -> Outcome:
+    """CLAW-5: the 2 MB image per CC: PLT and RTT order."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    schemes = sorted({k[3] for k in pl})
+    mean_plt = {s: mean(_by(pl, s)) for s in schemes}
+    worst = {s: max(_by(pl, s), default=float("nan")) for s in schemes}
+    rtt = {s: mean([tcp_stats(r).get("srtt_mean_ms", float("nan")) for r in loads if r.scheme == s and r.ok]) for s in schemes}
+    red = 1 - mean_plt.get("claw", np.nan) / mean_plt.get("cubic", np.nan)
+    out.checks.append(Check("CLAW mean PLT below Cubic", fmt(red * 100, "%"), "45–65 % (paper 56 %)", 0.45 <= red <= 0.65
+                            if not np.isnan(red) else None))
+    wm = worst.get("cubic", np.nan) / mean_plt.get("cubic", np.nan)
+    out.checks.append(Check("Cubic worst / mean", f"{wm:.2f}", "≈ 2 (paper ≈ 2.2; accept 1.6–2.8)", 1.6 <= wm <= 2.8
+                            if not np.isnan(wm) else None))
+    linux = [s for s in ("cubic", "reno", "bbr", "vegas") if s in mean_plt]
+    fastest = min(linux, key=lambda s: mean_plt[s]) if linux else ""
+    out.checks.append(Check("fastest non-CLAW Linux variant", fastest, "cubic", fastest == "cubic" if linux else None))
+    out.checks.append(Check("RTT Cubic > CLAW", f"{fmt(rtt.get('cubic', np.nan))} vs {fmt(rtt.get('claw', np.nan))} ms",
+                            "Cubic > CLAW", rtt.get("cubic", np.nan) > rtt.get("claw", np.nan)
+                            if "cubic" in rtt and "claw" in rtt else None))
+    veg = presence("vegas")
+    if "vegas" in mean_plt:
+        out.checks.append(Check("Vegas: RTT below CLAW's, PLT ≥ 2× CLAW's",
+                                f"RTT {fmt(rtt['vegas'])} ms, PLT ×{mean_plt['vegas'] / mean_plt['claw']:.2f}",
+                                "RTT 10–20 % below CLAW, PLT ≥ 2×",
+                                rtt["vegas"] < rtt["claw"] and mean_plt["vegas"] >= 2 * mean_plt["claw"]))
+    else:
+        out.checks.append(Check("Vegas: RTT below CLAW's, PLT ≥ 2× CLAW's", "–", "RTT 10–20 % below CLAW, PLT ≥ 2×", None,
+                                veg.reason() if not veg.present else "vegas not in the matrix"))
+    out.metrics = {"mean_plt_s": mean_plt, "worst_plt_s": worst, "mean_srtt_ms": rtt}
+    _bar_figure(ctx, pl, "PLT of the 2 MB image per congestion control")
+    out.testbed = ", ".join(f"{s} {fmt(mean_plt[s], 's', 2)} / {fmt(rtt[s])} ms" for s in schemes)
+    return out
+
+
+def claw_wireline(ctx: RowContext) -> Outcome:
+    """CLAW-6: a wireline bottleneck in the core."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    c, k = mean(_by(pl, "cubic")), mean(_by(pl, "claw"))
+    out.checks.append(Check("CLAW (with detector) ≤ Cubic", f"{fmt(k, 's', 2)} vs {fmt(c, 's', 2)}", "CLAW ≤ Cubic (±5 %)",
+                            k <= 1.05 * c if _by(pl, "cubic") and _by(pl, "claw") else None))
+    nd = presence("claw-nodetect")
+    out.checks.append(Check("CLAW with vs without detector", "–", "10–30 % faster with it", None,
+                            nd.reason() if not nd.present else "variant not in the matrix"))
+    _bar_figure(ctx, pl, "PLT behind a wireline bottleneck")
+    out.testbed = f"CLAW {fmt(k, 's', 2)}, Cubic {fmt(c, 's', 2)}"
+    return out
+
+
+def claw_pages(ctx: RowContext) -> Outcome:
+    """CLAW-7: CLAW's gain over Cubic across pages; CQIC second."""
+    from clawbed.replay import pages as page_defs
+
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    names = sorted({k[1] for k in pl})
+    red, cq, order = {}, {}, {}
+    for pg in names:
+        c, k, q = mean(_by(pl, "cubic", page=pg)), mean(_by(pl, "claw", page=pg)), mean(_by(pl, "cqic", page=pg))
+        red[pg] = 1 - k / c
+        cq[pg] = q / k
+        order[pg] = k < q < c
+    vals = [v for v in red.values() if not np.isnan(v)]
+    out.checks.append(Check("CLAW-vs-Cubic reduction per page (min–max)",
+                            f"{fmt(min(vals, default=np.nan) * 100)}–{fmt(max(vals, default=np.nan) * 100)} %",
+                            "within 20–55 % (paper 27–48 %)", all(0.20 <= v <= 0.55 for v in vals) if vals else None))
+    sizes = [page_defs.NAMED_PAGES[pg].total_bytes for pg in red]
+    rho = spearman(sizes, list(red.values()))
+    out.checks.append(Check("rank correlation of the reduction with page size", f"{rho:.2f}", "> 0",
+                            rho > 0 if not np.isnan(rho) else None, "fewer than 3 pages"))
+    cqm = mean([v for v in cq.values() if not np.isnan(v)])
+    out.checks.append(Check("CQIC / CLAW PLT", f"{cqm:.2f}", "1.2–1.8 (paper ≈ 1.5)", 1.2 <= cqm <= 1.8 if not np.isnan(cqm) else None))
+    out.checks.append(Check("CLAW < CQIC < Cubic on every page", f"{sum(order.values())}/{len(order)}", "all", all(order.values())
+                            if order else None))
+    out.metrics = {"reduction": red, "cqic_over_claw": cq}
+    _bar_figure(ctx, pl, "PLT per page and scheme")
+    out.testbed = ", ".join(f"{pg} {fmt(v * 100)} %" for pg, v in red.items()) + f"; CQIC/CLAW {cqm:.2f}"
+    return out
+
+
+def claw_load(ctx: RowContext) -> Outcome:
+    """CLAW-8: idle vs busy cell."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    ratio = {}
+    for s in ("cubic", "cqic", "claw"):
+        i, b = mean(_by(pl, s, trace="idle-cell")), mean(_by(pl, s, trace="busy-cell"))
+        ratio[s] = b / i
+    bands = {"cqic": (1.8, 9.9), "cubic": (1.2, 1.8), "claw": (1.5, 2.1)}
+    for s, (lo, hi) in bands.items():
+        out.checks.append(Check(f"{s}: busy / idle PLT", f"{ratio[s]:.2f}", f"{lo}–{hi if hi < 9 else '∞'}",
+                                lo <= ratio[s] <= hi if not np.isnan(ratio[s]) else None))
+    red = 1 - mean(_by(pl, "claw", trace="busy-cell")) / mean(_by(pl, "cubic", trace="busy-cell"))
+    out.checks.append(Check("busy: CLAW vs Cubic", fmt(red * 100, "%"), "45–70 % (paper 59 %)",
+                            0.45 <= red <= 0.70 if not np.isnan(red) else None))
+    out.metrics = {"busy_over_idle": ratio, "busy_reduction": red}
+    _bar_figure(ctx, pl, "PLT on the idle and the busy cell")
+    out.testbed = ", ".join(f"{s} busy/idle {v:.2f}" for s, v in ratio.items()) + f"; busy CLAW vs Cubic {fmt(red * 100)} %"
+    return out
+
+
+def claw_channels(ctx: RowContext) -> Outcome:
+    """CLAW-9: channel quality (SINR), mobility, scheduler."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    traces = sorted({k[0] for k in pl})
+    reds = {}
+    for t in traces:
+        c, k = mean(_by(pl, "cubic", trace=t)), mean(_by(pl, "claw", trace=t))
+        reds[t] = 1 - k / c
+    slower = {s: mean(_by(pl, s, trace="low-sinr")) - mean(_by(pl, s, trace="high-sinr")) for s in ("cubic", "cqic", "claw")}
+    if all(not np.isnan(v) for v in slower.values()):
+        out.checks.append(Check("5 dB slower than 12 dB for every scheme", ", ".join(f"{s} +{v:.2f} s" for s, v in slower.items()),
+                                "all > 0", all(v > 0 for v in slower.values())))
+        out.checks.append(Check("CLAW's increase the smallest", min(slower, key=lambda s: slower[s]), "claw",
+                                min(slower, key=lambda s: slower[s]) == "claw"))
+    vals = [v for v in reds.values() if not np.isnan(v)]
+    out.checks.append(Check("CLAW vs Cubic in every condition", ", ".join(f"{t.removeprefix('synth:')} {v * 100:.0f} %"
+                                                                          for t, v in reds.items()),
+                            "−30 % to −45 % (proposed)", all(0.30 <= v <= 0.45 for v in vals) if vals else None))
+    cat = presence("ue-category")
+    out.checks.append(Check("UE category 4 vs 9", "–", "gain ~35 % on both", None, cat.reason() if not cat.present else "pending"))
+    out.metrics = {"reduction": reds, "low_minus_high_s": slower}
+    _bar_figure(ctx, pl, "PLT per channel and scheme")
+    out.testbed = ", ".join(f"{t.removeprefix('synth:')} {v * 100:.0f} %" for t, v in reds.items())
+    return out
+
+
+def claw_http(ctx: RowContext) -> Outcome:
+    """CLAW-10: HTTP/2 vs HTTP/1.1 per scheme."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    gain = {}
+    for s in sorted({k[3] for k in pl}):
+        h2, h1 = mean(_by(pl, s, cond="h2")), mean(_by(pl, s, cond="h1"))
+        gain[s] = 1 - h2 / h1
+    out.checks.append(Check("H2 ≤ H1.1 for every scheme", ", ".join(f"{s} {v * 100:.0f} %" for s, v in gain.items()), "all ≥ 0",
+                            all(v >= 0 for v in gain.values()) if gain else None))
+    if "cubic" in gain:
+        out.checks.append(Check("Cubic's H2 gain", fmt(gain["cubic"] * 100, "%"), "≤ 15 % (paper ≈ 7 %)", gain["cubic"] <= 0.15))
+    if "claw" in gain:
+        out.checks.append(Check("CLAW's H2 gain", fmt(gain["claw"] * 100, "%"), "≥ 25 % (paper ≈ 39 %)", gain["claw"] >= 0.25))
+    r2 = 1 - mean(_by(pl, "claw", cond="h2")) / mean(_by(pl, "cubic", cond="h2"))
+    r1 = 1 - mean(_by(pl, "claw", cond="h1")) / mean(_by(pl, "cubic", cond="h1"))
+    out.checks.append(Check("CLAW-vs-Cubic reduction larger on H2 than on H1.1", f"{fmt(r2 * 100)} % vs {fmt(r1 * 100)} %",
+                            "H2 > H1.1 (paper 46 % vs 18 %)", r2 > r1 if not (np.isnan(r1) or np.isnan(r2)) else None))
+    out.metrics = {"h2_gain": gain, "reduction_h2": r2, "reduction_h1": r1}
+    _bar_figure(ctx, pl, "PLT over HTTP/2 and HTTP/1.1")
+    out.testbed = ", ".join(f"{s} H2 gain {v * 100:.0f} %" for s, v in gain.items()) + f"; CLAW vs Cubic H2 {fmt(r2 * 100)} %, H1.1 {fmt(r1 * 100)} %"
+    return out
+
+
+def claw_neighbours(ctx: RowContext) -> Outcome:
+    """CLAW-11: a neighbour's scheme and a crowded cell."""
+    out = ctx.outcome
+    loads, pl = _claw_run(ctx)
+    bc, bk = med(_by(pl, "cubic", cond="beside-cubic")), med(_by(pl, "cubic", cond="beside-claw"))
+    change = bk / bc - 1
+    out.checks.append(Check("Cubic's median PLT beside CLAW vs beside Cubic", fmt(change * 100, "%", 1), "≤ 10 % change",
+                            abs(change) <= 0.10 if not np.isnan(change) else None))
+    ac, ak = mean(_by(pl, "cubic", cond="all-cubic")), mean(_by(pl, "claw", cond="all-claw"))
+    out.checks.append(Check("crowded cell: CLAW median PLT < Cubic's", f"{fmt(ak, 's', 2)} vs {fmt(ac, 's', 2)}", "CLAW < Cubic",
+                            ak < ac if not (np.isnan(ac) or np.isnan(ak)) else None, "the crowded-cell matrix is full-profile only"))
+    out.metrics = {"cubic_beside_cubic_s": bc, "cubic_beside_claw_s": bk}
+    _bar_figure(ctx, pl, "PLT beside another UE")
+    out.testbed = f"Cubic beside Cubic {fmt(bc, 's', 2)}, beside CLAW {fmt(bk, 's', 2)} ({fmt(change * 100, '%', 1)})"
+    return out
+
+
+def not_written(ctx: RowContext) -> Outcome:
+    """A row whose experiment needs a mechanism's interface to be settled first (see its ``needs``)."""
+    ctx.outcome.checks.append(Check("experiment", "–", ctx.row.criterion, None, "experiment pending its mechanism's interface"))
+    return ctx.outcome
+
+
+EXPERIMENTS: dict[str, Callable[[RowContext], Outcome]] = {
+    "spdy_h2_vs_h1": spdy_h2_vs_h1, "spdy_page50": spdy_page50, "spdy_3g_runs": spdy_3g_runs,
+    "claw_loss_plt": claw_loss_plt, "claw_idle": claw_idle, "claw_image": claw_image, "claw_wireline": claw_wireline,
+    "claw_pages": claw_pages, "claw_load": claw_load, "claw_channels": claw_channels, "claw_http": claw_http,
+    "claw_neighbours": claw_neighbours, "not_written": not_written,
+}
