@@ -61,3 +61,10 @@ check-fresh:
 
 clean:
 	rm -rf target $(VENV) bench-results
+
+# The fidelity suite's quick profile (aim: under 40 min on 2 cores): every row of
+# docs/fidelity-table.md as an experiment, printed, written to runs/fidelity/<name>/report.html and
+# to the result store's fidelity_rows table (`clawbed fidelity report` shows it again).
+.PHONY: fidelity
+fidelity: setup
+	$(CLAWBED) fidelity run --quick --name fidelity-quick-$(shell date +%Y%m%d-%H%M%S)

@@ -414,7 +414,7 @@ def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: st
         cpu0, t0 = _cpu_s(stat), time.monotonic()
     except OSError:
         cpu0, t0 = None, time.monotonic()
-    cpu1 = cpu0
+    cpu1, t1 = cpu0, t0
     while proc.poll() is None:
         try:
             cpu1, t1 = _cpu_s(stat), time.monotonic()

@@ -18,21 +18,20 @@ import ipaddress
 import json
 import math
 import re
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal, Sequence
+from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from clawbed.errors import InputError
-from clawbed.netns import IFNAME_MAX
-
-from clawbed.emulator.policies import POLICIES
 # Re-exported: callers take the scheduler names and default from the config module.
 from clawbed.emulator.policies import DEFAULT_SCHEDULER as DEFAULT_SCHEDULER
+from clawbed.emulator.policies import POLICIES
 from clawbed.emulator.policies import SCHEDULERS as SCHEDULERS
 from clawbed.emulator.topology import CellTopology
+from clawbed.errors import InputError
+from clawbed.netns import IFNAME_MAX
 
 #: Most UEs the binary accepts.
 MAX_UES = 64
@@ -289,7 +288,7 @@ class UeConfig(_TunSide):
         return path.resolve() if path is not None else None
 
     @model_validator(mode="after")
-    def _one_uplink_source(self) -> "UeConfig":
+    def _one_uplink_source(self) -> UeConfig:
         if self.uplink_rate is not None and self.uplink_mahimahi_trace is not None:
             raise ValueError("give uplink_rate or uplink_mahimahi_trace, not both")
         return self
@@ -363,7 +362,7 @@ class EmulatorConfig(_Model):
         return path.resolve() if path is not None else None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EmulatorConfig":
+    def _consistent(self) -> EmulatorConfig:
         # The checks the binary makes across fields, raised with the field's name so the
         # error reads the same as the binary's.
         needs = {Mode.CELL: ("trace", "a PHY trace per UE"), Mode.MAHIMAHI: ("mahimahi_trace", "a Mahimahi trace per UE"),
@@ -383,7 +382,7 @@ class EmulatorConfig(_Model):
         return self
 
     @classmethod
-    def build(cls, **fields: Any) -> "EmulatorConfig":
+    def build(cls, **fields: Any) -> EmulatorConfig:
         """Validate ``fields``; a mistake raises :class:`ConfigError` naming the field."""
         try:
             return cls(**fields)
@@ -398,7 +397,7 @@ class EmulatorConfig(_Model):
         output_dir: Path | str,
         ue: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
         **fields: Any,
-    ) -> "EmulatorConfig":
+    ) -> EmulatorConfig:
         """A config whose core and UEs are ``topo``'s namespaces, TUNs, addresses and routes.
 
         ``ue`` gives the other UE keys (``trace``, ``rate``, ``cell``, ...): one dict for

@@ -46,9 +46,9 @@ from clawbed.claw.schemes.claw import Claw
 from clawbed.claw.server import loader
 from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, Applied, FlowFlag, FlowKey, FlowStats, Mode, Peer, addr_key
 from clawbed.emulator.process import BINARY, EmulatedCell
-from clawbed.orchestrator.network import Shaping, Topology
 from clawbed.emulator.truth import read_truth
 from clawbed.netns import Namespace, socket_in_namespace
+from clawbed.orchestrator.network import Shaping, Topology
 from clawbed.paths import REPO_ROOT
 
 pytestmark = [

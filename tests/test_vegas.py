@@ -164,12 +164,14 @@ BULK_S = 20.0
 WARMUP_S = 3.0
 PORT = 5302
 #: How much of Cubic's throughput Vegas keeps at least: the papers report a "significant"
-#: loss with no number (BB-2); measured here 0.56-0.63 (Vegas 2.9-3.2 Mbit/s, Cubic 5.1).
-MIN_THROUGHPUT_RATIO = 0.4
-#: Vegas' queue is at most this fraction of Cubic's, p50 and p95 (measured: p50 0.01-0.03,
-#: p95 0.02-0.12; Cubic's own queue varies with its losses from run to run).
+#: loss with no number (BB-2); measured here 0.48-0.63 in three runs (Vegas 2.5-3.2 Mbit/s,
+#: Cubic 5.1-5.2: with 2-4 packets queued the base station often has nothing for the UE when
+#: the scheduler gives it RBs).
+MIN_THROUGHPUT_RATIO = 0.35
+#: Vegas' queue is at most this fraction of Cubic's, p50 and p95 (measured: p50 0.003-0.03,
+#: p95 0.017-0.12; Cubic's own queue varies with its losses from run to run).
 MAX_QUEUE_RATIO = 0.25
-#: Vegas' median smoothed RTT is at most this fraction of Cubic's (measured 0.11-0.27).
+#: Vegas' median smoothed RTT is at most this fraction of Cubic's (measured 0.09-0.27).
 MAX_SRTT_RATIO = 0.5
 
 

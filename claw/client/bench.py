@@ -31,14 +31,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
-
-from clawbed.paths import REPO_ROOT
+from typing import Any
 
 from clawbed.claw.client.analyzer import Variant
 from clawbed.claw.client.core import ClientConfig
 from clawbed.claw.client.offline import replay_file, rows_to_columns, score
+from clawbed.paths import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "traces" / "samples"
 RESULTS = REPO_ROOT / "bench-results" / "claw-estimator.json"

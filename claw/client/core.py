@@ -40,13 +40,27 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from clawbed.claw.feedback import Echo, Feedback
-
-from clawbed.claw.client.analyzer import (DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_WINDOW_MS, CellParams, Estimate,
-                                          LoadAnalyzer, Variant, window_ms_from_srtt_us)
+from clawbed.claw.client.analyzer import (
+    DEFAULT_IDLE_TIMEOUT_MS,
+    DEFAULT_WINDOW_MS,
+    CellParams,
+    Estimate,
+    LoadAnalyzer,
+    Variant,
+    window_ms_from_srtt_us,
+)
 from clawbed.claw.client.detector import Bottleneck, DetectorCache, SaturationDetector
-from clawbed.claw.client.feed import (MAC_DL_TRANSPORT_BLOCK, PDCP_DL_STATS, PDSCH_STAT, RLC_DL_STATS,
-                                      SERV_CELL_MEASUREMENT, FeedDecoder, LossEvent, PdschSubframe)
+from clawbed.claw.client.feed import (
+    MAC_DL_TRANSPORT_BLOCK,
+    PDCP_DL_STATS,
+    PDSCH_STAT,
+    RLC_DL_STATS,
+    SERV_CELL_MEASUREMENT,
+    FeedDecoder,
+    LossEvent,
+    PdschSubframe,
+)
+from clawbed.claw.feedback import Echo, Feedback
 
 #: Most often feedback can be sent: every subframe.
 MIN_FEEDBACK_PERIOD_MS = 1

@@ -106,7 +106,7 @@ class EstimateLog:
             self._f.close()
             self._f = None
 
-    def __enter__(self) -> "EstimateLog":
+    def __enter__(self) -> EstimateLog:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from clawbed import lte
 
@@ -104,7 +105,7 @@ class FakeFeedServer:
             writer.close()
             self.done.set()
 
-    async def __aenter__(self) -> "FakeFeedServer":
+    async def __aenter__(self) -> FakeFeedServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

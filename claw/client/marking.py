@@ -29,13 +29,12 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from clawbed.netns import Ledger, ResourceError, resource_name
 from clawbed.claw.bpfobjects import BpffsMount, TcProgram, device_l2_len, object_path
+from clawbed.claw.client.feed import LossKind
 from clawbed.claw.server import bpfmap
 from clawbed.claw.server.bpfmap import BpfMap
 from clawbed.claw.server.libbpf import BpfObject
-
-from clawbed.claw.client.feed import LossKind
+from clawbed.netns import Ledger, ResourceError, resource_name
 
 OBJECT_NAME = "ack_mark_egress.bpf.o"
 PROGRAM = "ack_mark_egress"
@@ -121,7 +120,7 @@ class AckMarkMap:
     def close(self) -> None:
         self._close_maps()
 
-    def __enter__(self) -> "AckMarkMap":
+    def __enter__(self) -> AckMarkMap:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,5 +163,5 @@ class AckMarker(AckMarkMap):
         """Detach, close the maps, unmount (idempotent); a device that is already gone is fine."""
         self._stack.close()
 
-    def __enter__(self) -> "AckMarker":
+    def __enter__(self) -> AckMarker:
         return self

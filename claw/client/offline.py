@@ -20,16 +20,16 @@ truth's ``t_ms`` through the feed's ``timestamp`` (Unix time of the subframe =
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from clawbed import lte
-
-from clawbed.claw.feedback import Echo
 from clawbed.claw.client.core import ClientConfig, ClientCore, Row
+from clawbed.claw.feedback import Echo
 
 
 def replay(messages: Iterable[dict[str, Any]], config: ClientConfig, *, window_ms: int | None = None) -> list[Row]:

@@ -85,7 +85,7 @@ def rtt_vs_inflight(ctx: RowContext) -> Outcome:
         out.checks.append(Check(f"{rate}: max in-flight before the first loss", fmt(max_before_loss / KB, "KB"),
                                 "≥ 1200 KB (buffer ≥ 1.2 MB)", max_before_loss >= 1200 * KB))
         if abs(cap - 8e6) < 1e5:
-            def at(x: float) -> float:
+            def at(x: float, rows: list[tuple[float, float, float]] = rows) -> float:
                 near = [m for mid, m, _ in rows if abs(mid - x) <= bin_bytes / 2]
                 return near[0] if near else float("nan")
             r100, r200 = at(100 * KB), at(200 * KB)

@@ -35,7 +35,7 @@ def fidelity() -> None:
 @_store_option
 def run(rows_spec: str | None, quick: bool, name: str | None, output_root: Path | None, store_path: Path | None) -> None:
     """Run the rows (each through the real kernel TCP, emulator, nginx and Chromium) into the store."""
-    from clawbed.orchestrator.fidelity.report import report_rows, text_lines, write_html
+    from clawbed.orchestrator.fidelity.report import report_rows, write_html
     from clawbed.orchestrator.fidelity.runner import run_rows
 
     ids = select_rows(rows_spec)

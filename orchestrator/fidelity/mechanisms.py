@@ -152,7 +152,7 @@ MECHANISMS: dict[str, Mechanism] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def presence(name: str) -> Presence:
     """Whether mechanism ``name`` is in this build (checked once per process)."""
     if name not in MECHANISMS:

@@ -299,7 +299,8 @@ def claw_idle(ctx: RowContext) -> Outcome:
     out.checks.append(Check("Cubic loads leaving slow start without a loss", str(early), "≥ 1", early >= 1))
     out.metrics = {"cubic_plt_s": cub, "claw_plt_s": claw}
     _bar_figure(ctx, pl, "PLT per scheme on the idle cell")
-    out.testbed = f"Cubic {fmt(med(cub), 's', 2)} vs CLAW {fmt(med(claw), 's', 2)} (×{ratio:.2f}); {rto_clean} clean RTO(s), {early} early exit(s)"
+    out.testbed = (f"Cubic {fmt(med(cub), 's', 2)} vs CLAW {fmt(med(claw), 's', 2)} (×{ratio:.2f}); "
+                   f"{rto_clean} clean RTO(s), {early} early exit(s)")
     return out
 
 
@@ -452,7 +453,8 @@ def claw_http(ctx: RowContext) -> Outcome:
                             "H2 > H1.1 (paper 46 % vs 18 %)", r2 > r1 if not (np.isnan(r1) or np.isnan(r2)) else None))
     out.metrics = {"h2_gain": gain, "reduction_h2": r2, "reduction_h1": r1}
     _bar_figure(ctx, pl, "PLT over HTTP/2 and HTTP/1.1")
-    out.testbed = ", ".join(f"{s} H2 gain {v * 100:.0f} %" for s, v in gain.items()) + f"; CLAW vs Cubic H2 {fmt(r2 * 100)} %, H1.1 {fmt(r1 * 100)} %"
+    out.testbed = (", ".join(f"{s} H2 gain {v * 100:.0f} %" for s, v in gain.items())
+                   + f"; CLAW vs Cubic H2 {fmt(r2 * 100)} %, H1.1 {fmt(r1 * 100)} %")
     return out
 
 
