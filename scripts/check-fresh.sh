@@ -183,6 +183,47 @@ stamp() {
   done
 }
 
+# The PIDs (in our PID namespace) of the processes running inside, but this stage's own.
+inside_pids() {
+  local d p
+  for d in "$root"/proc/[0-9]*; do
+    p=${d##*/}
+    [ "$p" = 1 ] || [ ! -e "$d/stat" ] || echo "$p"
+  done
+}
+
+# Stop what still runs inside, each by its PID: first the tops of the trees left behind
+# (processes whose parent has gone, so PID 1 here adopted them: a replay whose pytest ended),
+# which stop their own children and remove what they made, up to 15 s; then the rest, TERM
+# and, 3 s later, KILL. True if there was anything to stop.
+stop_all_inside() {
+  local pids p k v cmd tops=()
+  pids=$(inside_pids)
+  [ -n "$pids" ] || return 1
+  for p in $pids; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$root/proc/$p/cmdline" | cut -c1-100) || true
+    [ -n "$cmd" ] && warn "still running inside: PID $p $cmd"
+    while read -r k v; do [ "$k" = PPid: ] && [ "$v" = 1 ] && tops+=("$p"); done <"$root/proc/$p/status" 2>/dev/null || true
+  done
+  if [ ${#tops[@]} -gt 0 ]; then
+    say "stopping ${tops[*]} (SIGTERM), up to 15 s for their own cleanup"
+    kill -TERM "${tops[@]}" 2>/dev/null || true
+    for _ in $(seq 30); do
+      for p in "${tops[@]}"; do kill -0 "$p" 2>/dev/null && break 2>/dev/null; done
+      kill -0 "${tops[@]}" 2>/dev/null || break
+      sleep 0.5
+    done
+  fi
+  pids=$(inside_pids)
+  if [ -n "$pids" ]; then
+    say "stopping the rest: $(echo $pids) (SIGTERM, then SIGKILL)"
+    for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 3
+    for p in $(inside_pids); do kill -KILL "$p" 2>/dev/null || true; done
+  fi
+  return 0
+}
+
 # Stop every process still running inside (each by its PID in our PID namespace), remove what
 # the runs' ledgers list, check /run/netns, unmount everything under the root in reverse.
 teardown() {
@@ -204,29 +245,14 @@ teardown() {
     record "$phase_name" $((SECONDS - phase_start)) interrupted
     stopped=1
   fi
-  if mountpoint -q "$root/proc"; then
-    local pids=() d p cmd
-    for d in "$root"/proc/[0-9]*; do
-      p=${d##*/}
-      [ "$p" = 1 ] || [ ! -e "$d/stat" ] || pids+=("$p")
-    done
-    if [ ${#pids[@]} -gt 0 ]; then
-      for p in "${pids[@]}"; do
-        cmd=$(tr '\0' ' ' 2>/dev/null <"$root/proc/$p/cmdline" | cut -c1-100) || true
-        [ -n "$cmd" ] && warn "still running inside, stopped: PID $p $cmd"
-        kill -TERM "$p" 2>/dev/null || true
-        stopped=1
-      done
-      sleep 2
-      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null || true; done
-    fi
-  fi
+  mountpoint -q "$root/proc" && stop_all_inside && stopped=1
   # What the runs left: namespaces in the root's /run/netns (a tmpfs of this check's own, so
   # every one there is ours) and root-namespace links that the runs' ledgers name: reported,
   # then removed through the ledgers (clawbed cleanup) and, failing that, by name. Cleanup
-  # runs only when something is left or a phase was stopped: it opens each recorded link's
-  # namespace to look for the link, which makes again a namespace that is already gone (and
-  # then removes it), so after clean runs it would report removals that were its own.
+  # runs only when something is left: it opens each recorded link's namespace to look for
+  # the link, which makes again a namespace that is already gone (and then removes it), so
+  # after clean runs it would report removals of its own making. (Processes are gone by now;
+  # BPF pins and bpffs mounts go with the unmounting below.)
   local ns left=() ledgers=() ledger link
   for ns in "$root"/run/netns/*; do [ -e "$ns" ] && left+=("namespace ${ns##*/}"); done
   while IFS= read -r ledger; do ledgers+=("$ledger"); done < <(find "$root$clone_dir/runs" "$root/tmp" -name 'ledger*.jsonl' 2>/dev/null)
@@ -239,7 +265,7 @@ teardown() {
     warn "left behind by the runs inside: ${left[*]}"
     record "nothing left behind" 0 FAILED
   fi
-  if { [ ${#left[@]} -gt 0 ] || [ "$stopped" = 1 ]; } && [ -x "$root$clone_dir/.venv/bin/clawbed" ]; then
+  if [ ${#left[@]} -gt 0 ] && [ -x "$root$clone_dir/.venv/bin/clawbed" ]; then
     for ledger in "${ledgers[@]}"; do
       chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
         "$clone_dir/.venv/bin/clawbed" cleanup "${ledger#"$root"}" 2>&1 | grep -v ': 0 leftover' | sed 's/^/    /' || true

@@ -284,11 +284,15 @@ def test_a_capped_receive_window_caps_cwnd_and_the_queue(tmp_path: Path, uncappe
     print(figures)
     cap = rmem.resolve(SMALL_CAP).max_bytes
     assert capped.extra["ue_sysctls"] == {"tcp_rmem": [4096, 87380, cap], "tcp_moderate_rcvbuf": 1}
-    # The advertised window the server sees never exceeds the cap, in flight never the window.
+    # The advertised window the server sees never exceeds the cap, and bounds what is in flight.
     assert capped.snd_wnd.max() <= cap, figures
-    assert np.all(capped.inflight_bytes <= capped.snd_wnd + capped.cwnd_bytes.min() * 0 + 1448), figures
-    # cwnd stops at the advertised window: flat, never the sawtooth the deep buffer lets grow.
-    assert np.percentile(capped.cwnd_bytes, 95) <= capped.snd_wnd.max() + 2 * 1448, figures
+    assert np.all(capped.inflight_bytes <= capped.snd_wnd + 1448), figures
+    # cwnd stops at a constant ("flat TCP", BB12 Fig 8): no sawtooth after slow start. Linux
+    # grows cwnd in slow start while it is below twice what is in flight (tcp_is_cwnd_limited),
+    # so the plateau is at most 2 × the advertised window, never beyond (measured: 2 × 0.97).
+    assert capped.cwnd_bytes.max() - capped.cwnd_bytes.min() <= 2 * 1448, figures
+    assert capped.cwnd_bytes.max() <= 2 * capped.snd_wnd.max() + 1448, figures
+    assert uncapped.cwnd_bytes.max() - uncapped.cwnd_bytes.min() > 10 * 1448, figures  # uncapped: it moves
     # Uncapped, Cubic fills the deep buffer; capped, the queue stays small.
     assert uncapped.queue_p50 > 100_000, figures
     assert capped.queue_p95 <= MAX_CAPPED_QUEUE_RATIO * uncapped.queue_p95, figures

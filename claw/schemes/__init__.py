@@ -1,5 +1,5 @@
 """Transport schemes behind one interface (:mod:`.base`): ``cubic``, ``reno``, ``bbr``,
-``claw``, ``cqic``. Every module of this package is imported here, so a new scheme is one
+``claw``, ``cqic``, ``vegas`` (one file each). Every module of this package is imported here, so a new scheme is one
 new file with a :func:`~.base.register_scheme` class."""
 
 from __future__ import annotations
