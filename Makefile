@@ -50,6 +50,7 @@ bench: setup
 	mkdir -p bench-results
 	$(VENV)/bin/python -m clawbed.traces.bench
 	$(VENV)/bin/python -m clawbed.emulator.bench
+	$(VENV)/bin/python -m clawbed.replay.bench
 	$(VENV)/bin/python -m clawbed.claw.client.bench
 	$(VENV)/bin/python -m clawbed.traces.diaglog.bench
 	@echo "bench: results in bench-results/"

@@ -26,6 +26,7 @@ AREAS = {
     "results": "clawbed.orchestrator.cli:results",
     "regress": "clawbed.orchestrator.cli:regress",
     "dash": "clawbed.dashboards.cli:dash",
+    "analyze": "clawbed.orchestrator.analyze:analyze",
     "fidelity": "clawbed.orchestrator.fidelity.cli:fidelity",
 }
 

@@ -35,7 +35,10 @@ measurement     fields                                                          
                 ``w_cubic_bytes``, ... (every numeric column of ``tcp.csv``),
                 ``claw_mode`` (string)
 ``plt``         one point per load at its end: ``plt_ms``, ``ok`` (0/1),              ``protocol``
-                ``bytes_total``, ``n_objects``, ``flows``, ``retransmits``, ``load``
+                ``bytes_total``, ``n_objects``, ``flows``, ``retransmits``, ``load``;
+                timing integrity: ``timing_ok`` (0/1, when measured), ``late_reruns``,
+                ``subframe_late_max_ms``, ``delivery_err_max_ms``, ``steal_pct``,
+                ``cpu_wait_pct``
 ==============  =====================================================================  ==========
 
 Numbers are written as floats throughout, so a field never changes type between runs (InfluxDB
@@ -301,7 +304,10 @@ def plt_points(records: list[LoadRecord], run: RunTags) -> Iterator[Point]:
         if t is None:
             continue
         values = {"plt_ms": r.plt_ms, "bytes_total": r.bytes_total, "n_objects": r.n_objects, "flows": r.flows,
-                  "retransmits": r.retransmits, "load": r.load}
+                  "retransmits": r.retransmits, "load": r.load, "late_reruns": r.late_reruns,
+                  "subframe_late_max_ms": r.subframe_late_max_ms, "delivery_err_max_ms": r.delivery_err_max_ms,
+                  "steal_pct": r.steal_pct, "cpu_wait_pct": r.cpu_wait_pct,
+                  "timing_ok": None if r.timing_ok is None else int(r.timing_ok)}
         fields = {name: float(v) for name, v in values.items() if v is not None}
         fields["ok"] = 1.0 if r.ok else 0.0
         yield Point("plt", run.with_scheme(r.scheme, protocol=r.protocol or ""), fields, round(float(t) * 1e9))

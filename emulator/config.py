@@ -167,12 +167,51 @@ class RsrqConfig(_Model):
     hold_ms: int = Field(1, ge=1, le=10_000, description="measurement period, ms")
 
 
-class RrcConfig(_Model):
-    """RRC idle ↔ connected model."""
+def _rrc_legacy(table: dict[str, Any]) -> dict[str, Any]:
+    """A ``cell.rrc`` table without ``kind`` (the former switch and the fidelity suite's keys), read as
+    the binary reads it (``emulator/cell/src/rrc.rs``, ``legacy_table``): ``enabled = false`` → ``off``;
+    else the kind from ``profile`` (``lte`` by default, ``3g``/``umts``, ``off``); ``hold_downlink``
+    must be true (the models always hold); ``promotion_ms`` without quartiles is a fixed delay."""
+    table = dict(table)
+    enabled = table.pop("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled: must be true or false, got {enabled!r}")
+    profile = table.pop("profile", "lte")
+    if table.pop("hold_downlink", True) is not True:
+        raise ValueError("hold_downlink: the RRC models always hold downlink data (true)")
+    if not enabled:
+        return {"kind": "off"}
+    kinds = {"lte": "lte", "3g": "umts", "umts": "umts", "off": "off"}
+    if profile not in kinds:
+        raise ValueError(f"profile: must be \"lte\", \"3g\"/\"umts\" or \"off\", got {profile!r}")
+    kind = kinds[profile]
+    if kind == "lte" and "promotion_ms" in table and "promotion_p25_ms" not in table \
+            and "promotion_p75_ms" not in table:
+        table["promotion_p25_ms"] = table["promotion_p75_ms"] = table["promotion_ms"]
+    return {"kind": kind, **table}
 
-    enabled: bool = False
-    tail_ms: int = Field(10_000, ge=1, le=3_600_000, description="inactivity before idle, ms")
-    promotion_ms: int = Field(435, ge=0, le=10_000, description="idle → connected delay, ms")
+
+def _stall_legacy(table: dict[str, Any]) -> dict[str, Any]:
+    """A ``cell.stall`` table without ``kind``: ``enabled = false`` → ``off``, else ``poisson``."""
+    table = dict(table)
+    enabled = table.pop("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled: must be true or false, got {enabled!r}")
+    return {"kind": "poisson", **table} if enabled else {"kind": "off"}
+
+
+def _switch_policy(category: str, legacy: Any) -> Any:
+    def check(value: Any) -> dict[str, Any]:
+        if isinstance(value, dict) and "kind" not in value:
+            value = legacy(value)
+        return check_policy(category, value)
+    return Annotated[dict[str, Any], BeforeValidator(check)]
+
+
+#: The RRC/DRX model (``lte`` default, ``umts``, ``off``) and the stall process (``off`` default,
+#: ``poisson``): policies like the others, whose kind-less tables read as switches.
+RrcPolicy = _switch_policy("rrc", _rrc_legacy)
+StallPolicy = _switch_policy("stall", _stall_legacy)
 
 
 class CellConfig(_Model):
@@ -186,7 +225,8 @@ class CellConfig(_Model):
     harq: HarqConfig = Field(default_factory=HarqConfig)
     rlc: RlcConfig = Field(default_factory=RlcConfig)
     rsrq: RsrqConfig = Field(default_factory=RsrqConfig)
-    rrc: RrcConfig = Field(default_factory=RrcConfig)
+    rrc: RrcPolicy = _default_policy("rrc")
+    stall: StallPolicy = _default_policy("stall")
 
 
 class UeCellConfig(_Model):

@@ -188,10 +188,46 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
         _console().print(table)
 
 
+def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, json_path: Path | None,
+           store_path: Path | None) -> None:
+    """The detectable-effect table from unchanged reruns in the store."""
+    if len(sweeps) < 2:
+        raise InputError("--power-from: give at least two sweeps (unchanged reruns of the suite)")
+    with Store(store_path) as store:
+        samples = []
+        for sweep in sweeps:
+            loads = store.loads(suite=suite_name, sweep=sweep)
+            if not loads:
+                raise InputError(f"--power-from: no loads of suite {suite_name} in sweep {sweep!r} of {store.path}")
+            samples.append(rg.samples_from_loads(loads))
+    rows = rg.power_table(samples, n_pairs=n_pairs, threshold=threshold)
+    table = TerminalTable(title=f"{suite_name}: the smallest PLT change caught with 95% probability by a paired check "
+                                f"of {n_pairs} pairs (regression when CI low > 1 and ratio ≥ {threshold:g}), from the "
+                                f"noise of {len(sweeps)} unchanged reruns")
+    for col in ("scenario", "scheme", "pairs", "noise (RMS log ratio)", "detectable ratio", "power at 1.10",
+                "false alarms"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["label"], r["scheme"], str(r["pairs_measured"]), f"{r['noise_rms_log']:.3f}",
+                      f"{r['detectable_ratio']:.3f}" if r["detectable_ratio"] else "> 3", f"{r['power_at_1.10']:.0%}",
+                      f"{r['false_alarms_at_1.00']:.1%}")
+    _console().print(table)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"suite": suite_name, "sweeps": sweeps, "n_pairs": n_pairs,
+                                         "threshold": threshold, "created": time.strftime("%Y-%m-%d %H:%M %Z"),
+                                         "rows": rows}, indent=1) + "\n")
+
+
 @click.command("regress")
 @_spec_argument
-@click.option("--baseline", "baseline_path", type=click.Path(path_type=Path), required=True,
-              help="the baseline JSON (written by --update-baseline)")
+@click.option("--baseline", "baseline_path", type=click.Path(path_type=Path), default=None,
+              help="the baseline JSON (written by --update-baseline); required but with --power-from")
+@click.option("--power-from", "power_from", default=None, metavar="SWEEP,SWEEP[,…]",
+              help="instead of a check: from these unchanged reruns of SPEC in the store, the smallest PLT change "
+                   "each (scenario, scheme) check catches with 95% probability (paired, SPEC's repetitions)")
+@click.option("--power-json", "power_json", type=click.Path(path_type=Path), default=None,
+              help="with --power-from: also write the table as JSON here")
 @click.option("--from-store", is_flag=True, help="compare the results already in the store (no new run)")
 @click.option("--sweep", default=None,
               help="the store's sweep to run into / read (default: a new regress-<time> sweep; with --from-store "
@@ -209,7 +245,8 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
 @_influx_option
 @_inject_option
 @_rerun_late_option
-def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str | None, update_baseline: bool,
+def regress(spec_path: Path, baseline_path: Path | None, power_from: str | None, power_json: Path | None,
+            from_store: bool, sweep: str | None, update_baseline: bool,
             threshold: float, junit_path: Path | None, executor: str, ray_address: str | None,
             output_root: Path | None, run_id_prefix: str,
             store_path: Path | None, influx_url: str | None, inject_delay_ms: float, rerun_late: bool) -> None:
@@ -217,6 +254,12 @@ def regress(spec_path: Path, baseline_path: Path, from_store: bool, sweep: str |
     distribution with BASELINE; exit status 1 on a significant regression."""
     spec = load_spec(spec_path)
     fewest = min(s.repetitions for s in spec.scenarios())
+    if power_from is not None:
+        _power(spec.name, fewest, [s.strip() for s in power_from.split(",") if s.strip()], threshold, power_json,
+               store_path)
+        return
+    if baseline_path is None:
+        raise click.UsageError("give --baseline (or --power-from)")
     if fewest < rg.MIN_LOADS:
         raise InputError(f"{spec_path}: repetitions: {fewest} — a regression check needs at least {rg.MIN_LOADS} loads "
                          f"per scenario and scheme (fewer can never show a change at {rg.CONFIDENCE:.0%})")

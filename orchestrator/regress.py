@@ -303,7 +303,7 @@ def compare(current: dict[str, Sample], baseline: dict[str, Sample], *,
         assert either is not None  # the key came from one of the two
         label, scheme = either.label, either.scheme
         n_cur, n_base = len(cur.plt_ms) if cur else 0, len(base.plt_ms) if base else 0
-        late = {"n_late_current": cur.n_late if cur else 0, "n_late_baseline": base.n_late if base else 0}
+        late_cur, late_base = (cur.n_late if cur else 0), (base.n_late if base else 0)
 
         def med(s: Sample | None) -> float | None:
             return float(np.median(s.plt_ms)) if s and s.plt_ms else None
@@ -311,17 +311,16 @@ def compare(current: dict[str, Sample], baseline: dict[str, Sample], *,
         notes = []
         if cur and base and cur.scenario_id != base.scenario_id:
             notes.append(f"settings changed (id {base.scenario_id} → {cur.scenario_id})")
-        if late["n_late_current"] or late["n_late_baseline"]:
-            notes.append(f"{late['n_late_current']} load(s) now, {late['n_late_baseline']} in the baseline left out: "
-                         "the emulator fell behind")
+        if late_cur or late_base:
+            notes.append(f"{late_cur} load(s) now, {late_base} in the baseline left out: the emulator fell behind")
         if base is None:
             out.append(Comparison(label, scheme, "missing", None, None, None, med(cur), None, n_cur, 0,
-                                  "not in the baseline (--update-baseline to add it)", **late))
+                                  "not in the baseline (--update-baseline to add it)", n_late_current=late_cur, n_late_baseline=late_base))
             continue
         if cur is None or not cur.plt_ms or not base.plt_ms:
             why = "no successful load now" if base.plt_ms else "no successful load in the baseline"
             out.append(Comparison(label, scheme, "missing", None, None, None, med(cur), med(base), n_cur, n_base,
-                                  "; ".join([why, *notes]), **late))
+                                  "; ".join([why, *notes]), n_late_current=late_cur, n_late_baseline=late_base))
             continue
         method, ratio, low, high, how = ratio_ci(cur, base)
         if how:
@@ -336,7 +335,7 @@ def compare(current: dict[str, Sample], baseline: dict[str, Sample], *,
             notes.insert(0, f"no {CONFIDENCE:.0%} interval exists for {n_cur} against {n_base} loads "
                             f"(at least {MIN_PAIRS} pairs or {MIN_LOADS} loads a side)")
         out.append(Comparison(label, scheme, verdict, ratio, low, high, med(cur), med(base), n_cur, n_base,
-                              "; ".join(notes), method, **late))
+                              "; ".join(notes), method, n_late_current=late_cur, n_late_baseline=late_base))
     return out
 
 
@@ -376,6 +375,37 @@ def detectable_ratio(noise_log_ratios: Iterable[float], *, power: float = 0.95, 
             return round(ratio, 6)
         ratio += step
     return None
+
+
+def paired_noise(sweeps: list[dict[str, Sample]]) -> dict[str, list[float]]:
+    """Per (label, scheme) key: the log ratios of the paired loads (same repetition and trace
+    time) between every two of ``sweeps`` — unchanged reruns of one suite — in both orders (the
+    noise a paired check meets when nothing changed; symmetric by construction)."""
+    out: dict[str, list[float]] = {}
+    for i, first in enumerate(sweeps):
+        for second in sweeps[i + 1:]:
+            for key in sorted(set(first) & set(second)):
+                cur, base = pair_up(first[key], second[key])
+                logs = [float(np.log(c / b)) for c, b in zip(cur, base)]
+                out.setdefault(key, []).extend(logs + [-v for v in logs])
+    return out
+
+
+def power_table(sweeps: list[dict[str, Sample]], *, n_pairs: int, threshold: float = DEFAULT_THRESHOLD,
+                power: float = 0.95) -> list[dict[str, Any]]:
+    """Per (label, scheme): the measured noise (RMS of the paired log ratios), the smallest ratio
+    the paired check of ``n_pairs`` pairs catches with probability ``power``, and its power at
+    1.10 and false-alarm rate at 1.00 (:func:`detection_power`)."""
+    rows = []
+    for key, noise in sorted(paired_noise(sweeps).items()):
+        label, scheme = key.rsplit("|", 1)
+        rows.append({"label": label, "scheme": scheme, "pairs_measured": len(noise) // 2,
+                     "noise_rms_log": round(float(np.sqrt(np.mean(np.square(noise)))), 4),
+                     "detectable_ratio": detectable_ratio(noise, power=power, n_pairs=n_pairs, threshold=threshold),
+                     "power_at_1.10": round(detection_power(noise, 1.10, n_pairs=n_pairs, threshold=threshold), 3),
+                     "false_alarms_at_1.00": round(detection_power(noise, 1.0, n_pairs=n_pairs, threshold=threshold),
+                                                   4)})
+    return rows
 
 
 # -- baseline file ------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ A spec (every key but ``suite`` and ``matrix`` or ``matrices`` is optional)::
           scheduler: proportional-fair
           cross_traffic: [{kind: bulk, flows: 2, scheme: cubic}]
           other_ues: [{kind: page, page: set-01, scheme: cubic}]
+          ue_rmem: galaxy-s2          # the UE's tcp_rmem cap: a phone, PHONE:NETWORK or bytes
+          drwa: true                  # DRWA at the UE
 
 Instead of ``matrix``, ``matrices`` lists several named matrices (each with the keys above
 and a ``name``): the suite's scenarios are their union, so one spec can hold settings that
@@ -51,14 +53,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from clawbed.claw.schemes import SCHEMES
 from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, parse_rate_bps
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
-from clawbed.replay import pages
+from clawbed.replay import pages, rmem
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS
 from clawbed.traces.synth import PRESETS
 from clawbed.units import parse_size_bytes
@@ -120,6 +122,20 @@ class Condition(_Strict):
     scheduler: SchedulerName = DEFAULT_SCHEDULER
     cross_traffic: list[CrossTraffic] = []
     other_ues: list[OtherUe] = []
+    #: The UE's receive-buffer cap: a phone of BB12's table (``galaxy-s2``), ``PHONE:NETWORK``
+    #: or bytes (replay/rmem.py); None: uncapped.
+    ue_rmem: str | int | None = None
+    #: DRWA at the UE (replay/drwa.py).
+    drwa: StrictBool = False
+
+    @field_validator("ue_rmem")
+    @classmethod
+    def _ue_rmem(cls, v: str | int | None) -> str | int | None:
+        try:
+            rmem.resolve(v, "ue_rmem")
+        except InputError as e:
+            raise ValueError(str(e).removeprefix("ue_rmem ")) from None
+        return v
 
     @field_validator("other_ues", mode="before")
     @classmethod
@@ -511,6 +527,10 @@ class Scenario:
 def scenario_settings(trace: str, page: str, condition: Condition, seed: int, loader: str,
                       synth_seconds: int | None, load_timeout_s: float) -> dict[str, Any]:
     cond = condition.model_dump(mode="json", exclude={"name"})
+    # UE settings added later count only when set: the ids of conditions without them stay.
+    for key, unset in (("ue_rmem", None), ("drwa", False)):
+        if cond.get(key) == unset:
+            cond.pop(key, None)
     return {"trace": trace, "page": page, "condition": cond, "seed": seed, "loader": loader,
             "synth_seconds": synth_seconds, "load_timeout_s": load_timeout_s}
 

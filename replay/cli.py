@@ -65,13 +65,21 @@ DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
                    "calibrate a regression check)")
 @click.option("--rerun-late/--no-rerun-late", default=True, show_default=True,
               help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms")
+@click.option("--ue-rmem", "ue_rmem", metavar="PHONE[:NETWORK]|BYTES",
+              help="cap the UE's TCP receive buffer (tcp_rmem max) as a phone of BB12's table did "
+                   "(galaxy-s2, htc-evo-shift, droid-charge, lg-g2x; e.g. galaxy-s2:hspa+) or at BYTES "
+                   "(default: uncapped, 8 MiB)")
+@click.option("--drwa/--no-drwa", default=False, show_default=True,
+              help="DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)")
+@click.option("--capture-server", is_flag=True,
+              help="capture the server's device into <run dir>/server.pcap (for `clawbed analyze bandwidth`)")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None,
            wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float, wired_reorder_pct: float,
            scheduler: str,
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
-           rerun_late: bool) -> None:
+           rerun_late: bool, ue_rmem: str | None, drwa: bool, capture_server: bool) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -86,7 +94,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),
         cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
         other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace,
-        inject_delay_ms=inject_delay_ms, rerun_late=rerun_late)
+        inject_delay_ms=inject_delay_ms, rerun_late=rerun_late, ue_rmem=ue_rmem, drwa=drwa,
+        capture_server=capture_server)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)

@@ -55,7 +55,8 @@ from clawbed.orchestrator.network.crosstraffic import (
 )
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
-from clawbed.replay import loaders, pages, webserver
+from clawbed.replay import drwa, loaders, pages, rmem, webserver
+from clawbed.replay.capture import ServerCapture
 from clawbed.replay.lateness import LoadTiming, cpu_pressure_us, cpu_ticks, judge, pressure_between, steal_between
 from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
 from clawbed.replay.rundir import (
@@ -78,7 +79,7 @@ HTTP_VERSIONS = ("2", "1.1")
 #: The UE's TCP receive buffer: min, default, max bytes. The maximum (8 MiB) is well above
 #: the largest W_claw of the bundled traces, so the receive window never limits a scheme
 #: (spec: "Client receive window").
-UE_TCP_RMEM_BYTES = (4096, 131072, 8 << 20)
+UE_TCP_RMEM_BYTES = rmem.UNCAPPED
 #: How long to wait for the emulator's files to cover a load's end (the truth is written in
 #: 1 s chunks, the diag file flushed every 100 ms), s.
 FILES_CATCH_UP_S = 2.0
@@ -141,6 +142,13 @@ class ReplayConfig:
     #: ``max_late_reruns`` times; the discarded attempts go to ``late-loads.jsonl``.
     rerun_late: bool = True
     max_late_reruns: int = 2
+    #: The UE's receive-buffer cap: a phone of BB12's table, PHONE:NETWORK, or bytes
+    #: (``replay/rmem.py``); None: uncapped (:data:`UE_TCP_RMEM_BYTES`).
+    ue_rmem: str | None = None
+    #: DRWA at the UE (``replay/drwa.py``: λ = 3, α = 7/8).
+    drwa: bool = False
+    #: Capture the server's device into ``server.pcap`` (``replay/capture.py``) for the run.
+    capture_server: bool = False
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -185,6 +193,7 @@ class ReplayConfig:
             raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(SCHEDULERS)}")
         if not 0 <= self.inject_delay_ms <= 10_000:
             raise InputError(f"--inject-delay-ms {self.inject_delay_ms}: must be 0..10000")
+        rmem.resolve(self.ue_rmem, "--ue-rmem")
         if self.max_late_reruns < 0:
             raise InputError(f"--max-late-reruns {self.max_late_reruns}: must be >= 0")
         if self.load_timeout_s <= 0:
@@ -386,7 +395,12 @@ class Replay:
             server = topo.add_server(Shaping(cfg.wireline_rate) if cfg.wireline_rate else None,
                                      impairment=impairment)
             server_ns, server_device, server_address = server.ns, server.device, server.address
-        ue.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in UE_TCP_RMEM_BYTES))
+        ue_rmem = rmem.resolve(cfg.ue_rmem)
+        if ue_rmem is not None:  # a phone's cap (and its tcp_moderate_rcvbuf)
+            ue_rmem.apply(ue.ns)
+        else:
+            ue.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in UE_TCP_RMEM_BYTES))
+        self.run_dir.write_manifest(ue_tcp={"rmem": ue_rmem.describe() if ue_rmem else None, **rmem.read_back(ue.ns)})
         ue_settings: dict[str, Any] = {"trace": cfg.trace}
         if cfg.bs_buffer_bytes is not None:
             ue_settings["cell"] = {"queue_limit_bytes": cfg.bs_buffer_bytes}
@@ -394,6 +408,11 @@ class Replay:
                                                  **_emulator_fields(cfg, core_rtt_ms))
         emu = Emulator(res, emu_config).start()
         self.emulator_pid = emu.pid
+        ue_drwa = None
+        if cfg.drwa:  # on the UE's TUN, which the emulator made; removed with the run's resources
+            ue_drwa = drwa.Drwa(netns=ue.ns.name, dev=ue.tun, run_id=self.run_id, run_dir=self.run_dir.path,
+                                ledger=res.ledger, log_path=self.run_dir.path / "drwa.csv")
+            res.callback(ue_drwa.close)
         origin_unix_s = int(emu.ready["origin_unix_ns"]) / 1e9
         timing = LoadTiming(emu.truth_path, emu.packets_path, origin_unix_s)
 
@@ -402,6 +421,9 @@ class Replay:
         web = webserver.WebServer(res, server_ns, site, str(server_address), cfg.http_version)
         url = web.url(self.page.root.path)
         self.access = web.access  # the loaders resolve the page's host names and trust its certificate with it
+        if cfg.capture_server:  # before the first connection (its SYN carries the UE's MSS)
+            capture = ServerCapture(res, server_ns, server_device, self.run_dir.path / "server.pcap")
+            res.callback(lambda: self.run_dir.write_manifest(server_capture=capture.stop()))
         sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s).open()
         res.callback(sampler.close)
         diag = DiagTail(emu.diag_path(0))
@@ -464,6 +486,8 @@ class Replay:
             # The wired side with its bottleneck's counters over the whole run.
             self.run_dir.write_manifest(wired=topo.wired.describe())
         counters = emu.stop()
+        if ue_drwa is not None:
+            self.run_dir.write_manifest(drwa=ue_drwa.describe())
         self.run_dir.write_manifest(emulator_counters=counters, late_reruns=self.late_reruns,
                                     loads_timing_flagged=sum(1 for r in self.records if r.timing_ok is False))
         # Each load kept its own slice; the whole-run feed is kept too, compressed (and its

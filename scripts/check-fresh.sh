@@ -183,13 +183,15 @@ stamp() {
   done
 }
 
-# The PIDs (in our PID namespace) of the processes running inside, but this stage's own.
+# The PIDs (in our PID namespace) of the processes running inside, but this stage's own (PID 1
+# and the subshell that lists them).
 inside_pids() {
   local d p
   for d in "$root"/proc/[0-9]*; do
     p=${d##*/}
-    [ "$p" = 1 ] || [ ! -e "$d/stat" ] || echo "$p"
+    if [ "$p" != 1 ] && [ "$p" != "$BASHPID" ] && running_inside "$p"; then echo "$p"; fi
   done
+  return 0
 }
 
 # Stop what still runs inside, each by its PID: first the tops of the trees left behind
@@ -208,9 +210,11 @@ stop_all_inside() {
   if [ ${#tops[@]} -gt 0 ]; then
     say "stopping ${tops[*]} (SIGTERM), up to 15 s for their own cleanup"
     kill -TERM "${tops[@]}" 2>/dev/null || true
+    local alive
     for _ in $(seq 30); do
-      for p in "${tops[@]}"; do kill -0 "$p" 2>/dev/null && break 2>/dev/null; done
-      kill -0 "${tops[@]}" 2>/dev/null || break
+      alive=0
+      for p in "${tops[@]}"; do running_inside "$p" && alive=1; done
+      [ "$alive" = 1 ] || break
       sleep 0.5
     done
   fi
@@ -219,9 +223,17 @@ stop_all_inside() {
     say "stopping the rest: $(echo $pids) (SIGTERM, then SIGKILL)"
     for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
     sleep 3
-    for p in $(inside_pids); do kill -KILL "$p" 2>/dev/null || true; done
+    for p in $(inside_pids); do running_inside "$p" && kill -KILL "$p" 2>/dev/null; done
   fi
   return 0
+}
+
+# True while PID $1 inside runs (a zombie, waiting for PID 1 here to reap it, has ended).
+running_inside() {
+  local stat
+  stat=$(cat "$root/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
 }
 
 # Stop every process still running inside (each by its PID in our PID namespace), remove what
@@ -388,10 +400,10 @@ clone_head() {
     say "cloned $rev $(git -C "$root$clone_dir" log -1 --format='%h %s' | cut -c1-90) into $clone_dir (no ../shared beside it)"
 }
 
-# The host's network namespaces and cb* links, to compare before and after.
+# The cb* links of this host's root network namespace, to compare before and after. (The
+# root's namespaces live in a /run/netns of its own, never in this host's.)
 host_net_state() {
-  { ip netns list 2>/dev/null | awk '{print "netns " $1}'
-    ip -o link 2>/dev/null | awk -F': ' '$2 ~ /^cb/ {sub(/@.*/, "", $2); print "link " $2}'; } | sort
+  ip -o link 2>/dev/null | awk -F': ' '$2 ~ /^cb/ {sub(/@.*/, "", $2); print $2}' | sort || true
 }
 
 host_phase() {
@@ -430,14 +442,14 @@ finish() {
       record "remove the root" $((SECONDS - start)) ok
     fi
   fi
-  if [ -n "$net_before" ]; then
+  if [ "$net_before" != unset ]; then
     local new
     new=$(comm -13 <(echo "$net_before") <(host_net_state))
     if [ -n "$new" ]; then
-      warn "appeared on this host during the check (another run on this machine, or ours):"
+      warn "cb* links that appeared in this host's root namespace during the check (ours, or another run's on this machine):"
       echo "$new" | sed 's/^/    /'
     else
-      say "this host: no new network namespace or cb* link"
+      say "this host: no cb* link left in its root namespace"
     fi
   fi
 
@@ -463,7 +475,7 @@ finish() {
 }
 
 host() {
-  keep=0 rebase=0 rev=HEAD head="" head_short="?" base_tar="" root="" inner_pid="" net_before=""
+  keep=0 rebase=0 rev=HEAD head="" head_short="?" base_tar="" root="" inner_pid="" net_before=unset
   while [ $# -gt 0 ]; do
     case "$1" in
       --rev) [ $# -ge 2 ] || die "--rev needs a commit"; rev=$2; shift ;;
@@ -485,9 +497,6 @@ host() {
   local stamp
   stamp=$(date +%Y%m%d-%H%M%S)
   rundir=${CLAWBED_RUNS:-$repo/runs}/check-fresh-$stamp
-  root=""
-  inner_pid=""
-  net_before=""
   mkdir -p "$work" "$rundir"
   rundir=$(cd "$rundir" && pwd)
   phases=$rundir/phases.tsv

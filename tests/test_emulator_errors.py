@@ -203,3 +203,33 @@ def test_cli_ctrl_c_stops_everything_and_keeps_the_truth(tmp_path: Path,
     assert truth.rows == counters["emulated_ms"] >= 1000
     assert processes_left(out / "ledger.jsonl") == []
     assert not {e["name"] for e in Ledger(out / "ledger.jsonl").entries() if e["kind"] == "netns"} & set(netns.listnetns())
+
+
+@pytest.mark.root
+def test_a_full_disk_is_counted_and_counters_json_is_never_left_empty(tmp_path: Path) -> None:
+    """The run's files on a file system that fills up: the diag file's failed writes are
+    counted (as the truth writer's first error is recorded), the emulator says so in its
+    counters line, and counters.json is either whole or absent — never empty or cut."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "cbtestfull", str(small)], check=True)
+    try:
+        run_id = new_run_id()
+        cell = EmulatedCell(1, small / "run", ue={"rate": "20mbit"}, mode="rate", run_id=run_id)
+        with cell:
+            time.sleep(3.0)
+            try:
+                cell.stop()
+            except EmulatorError as e:
+                assert "counters.json" in str(e), e  # the one write that must not half-happen
+        counters = cell.emulator.counters
+        assert counters is not None, "the counters line is printed whatever the disk"
+        assert counters["diag"]["file_write_errors"][0] > 0
+        assert counters["diag"]["file_write_error"][0], "the first error's text"
+        path = small / "run" / "counters.json"
+        if path.exists():
+            assert json.loads(path.read_text())["diag"]["file_write_errors"][0] > 0
+        assert not list((small / "run").glob(".counters.json.tmp"))
+        assert run_leftovers(run_id) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

@@ -283,3 +283,16 @@ def test_detection_power_grows_with_the_change_and_stays_low_unchanged() -> None
     r = rg.detectable_ratio(noise)
     assert r is not None and 1.05 <= r <= 1.2
     assert rg.detection_power(noise, r) >= 0.95
+
+
+def test_power_table_from_unchanged_reruns() -> None:
+    rng = np.random.default_rng(11)
+    stretch = 700 * np.exp(rng.normal(0, 0.3, 6))
+    sweeps = [{s.key: s} for s in (_paired(stretch * np.exp(rng.normal(0, 0.02, 6))) for _ in range(3))]
+    noise = rg.paired_noise(sweeps)
+    (key,) = noise
+    assert len(noise[key]) == 3 * 6 * 2 and abs(sum(noise[key])) < 1e-9  # 3 pairs of sweeps, both signs
+    (row,) = rg.power_table(sweeps, n_pairs=6)
+    assert row["pairs_measured"] == 18 and row["noise_rms_log"] < 0.06
+    assert 1.05 <= row["detectable_ratio"] <= 1.15 and row["power_at_1.10"] >= 0.5
+    assert row["false_alarms_at_1.00"] <= 0.025

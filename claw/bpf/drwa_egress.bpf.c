@@ -103,29 +103,30 @@ struct {
 	__type(value, struct drwa_stats);
 } drwa_stats SEC(".maps");
 
-/* The window scale option of a SYN's options (`len` bytes at `opts`); 0 without one. */
+/* The window scale option among a SYN's `len` option bytes (copied to `opts`); 0 without
+ * one. The walk is unrolled over every byte position so that every read of `opts` is at a
+ * constant offset (the verifier refuses variable stack offsets); `next` is where the next
+ * option starts. */
 static __always_inline __u8 syn_wscale(const __u8 *opts, __u32 len)
 {
-	__u32 i = 0;
-#pragma clang loop unroll(disable)
-	for (int n = 0; n < MAX_OPT_LEN; n++) {
-		if (i >= len || i >= MAX_OPT_LEN - 1)
-			break;
-		__u8 kind = opts[i & 63];
+	__u32 next = 0;
+#pragma unroll
+	for (int p = 0; p < MAX_OPT_LEN - 2; p++) {
+		if (p != next || p >= len)
+			continue;
+		__u8 kind = opts[p];
 		if (kind == TCP_OPT_EOL)
-			break;
+			return 0;
 		if (kind == TCP_OPT_NOP) {
-			i++;
+			next = p + 1;
 			continue;
 		}
-		__u8 olen = opts[(i + 1) & 63];
+		__u8 olen = opts[p + 1];
 		if (olen < 2)
-			break;
-		if (kind == TCP_OPT_WSCALE && olen == 3 && i + 2 < len) {
-			__u8 ws = opts[(i + 2) & 63];
-			return ws > 14 ? 14 : ws; /* RFC 7323: at most 14 */
-		}
-		i += olen;
+			return 0;
+		if (kind == TCP_OPT_WSCALE && olen == 3)
+			return opts[p + 2] > 14 ? 14 : opts[p + 2]; /* RFC 7323: at most 14 */
+		next = p + olen;
 	}
 	return 0;
 }
@@ -168,12 +169,12 @@ int drwa_egress(struct __sk_buff *skb)
 
 	if (flags & TCP_FLAG_SYN) {
 		/* The UE's own SYN (or SYN-ACK): its window scale, a new flow. */
-		__u8 opts[64] = {};
 		__u32 opt_len = ((th[12] >> 4) * 4);
 		opt_len = opt_len > 20 ? opt_len - 20 : 0;
 		if (opt_len > MAX_OPT_LEN)
 			opt_len = MAX_OPT_LEN;
-		if (opt_len > 0 && bpf_skb_load_bytes(skb, tcp_off + 20, opts, opt_len & 63) < 0)
+		__u8 opts[MAX_OPT_LEN] = {};
+		if (opt_len > 0 && bpf_skb_load_bytes(skb, tcp_off + 20, opts, opt_len) < 0)
 			opt_len = 0;
 		struct drwa_flow flow = {};
 		flow.wscale = syn_wscale(opts, opt_len);

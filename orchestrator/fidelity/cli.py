@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -66,7 +67,7 @@ def report(run_name: str | None, html_path: Path | None, store_path: Path | None
     click.echo(f"HTML report: {page}", err=True)
 
 
-def _print(rows: list[dict], title: str) -> None:  # type: ignore[type-arg]
+def _print(rows: list[dict[str, Any]], title: str) -> None:
     from clawbed.orchestrator.fidelity.report import COLUMNS, sysctl_summary, text_lines
 
     table = TerminalTable(title=title)

@@ -51,5 +51,6 @@ def probe(run_id: str, out_dir: Path, ue_rmem: tuple[int, int, int] | None = Non
         ue = res.namespace("pu")
         apply_server_sysctls(server)
         ue.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in rmem))
-        return both_ends(server, ue, "probe namespaces with the replay's settings (claw.server.sysctls.SERVER_SYSCTLS "
+        ends = both_ends(server, ue, "probe namespaces with the replay's settings (claw.server.sysctls.SERVER_SYSCTLS "
                                      "on the server, replay.run.UE_TCP_RMEM_BYTES on the UE)")
+    return ends

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,14 +289,23 @@ def fmt(value: float, unit: str = "", digits: int = 0) -> str:
     return f"{value:,.{digits}f}{(' ' + unit) if unit else ''}"
 
 
-def spearman(a: list[float], b: list[float]) -> float:
-    if len(a) < 3:
+def _ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks with ties sharing their average rank."""
+    arr = np.asarray(values, dtype=float)
+    order = np.argsort(arr, kind="stable")
+    ranks = np.empty(len(arr))
+    ranks[order] = np.arange(len(arr), dtype=float)
+    for v in np.unique(arr):
+        tie = arr == v
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation; NaN with fewer than 3 points or a constant side."""
+    if len(a) < 3 or np.ptp(np.asarray(a, dtype=float)) == 0 or np.ptp(np.asarray(b, dtype=float)) == 0:
         return float("nan")
-    ra = np.argsort(np.argsort(a)).astype(float)
-    rb = np.argsort(np.argsort(b)).astype(float)
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
+    return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
 
 
 def save_figure(ctx: RowContext, fig: Any) -> None:

@@ -62,7 +62,7 @@ class EmuKeys:
             try:
                 EmulatorConfig.build(**config)
             except ClawbedError as e:
-                return Presence(name, False, f"the emulator config model refuses {keys}", str(e)[:200])
+                return Presence(name, False, f"the emulator config model refuses {keys}", str(e).split("; ")[0][:200])
             if not BINARY.is_file():
                 return Presence(name, False, f"{BINARY} --check", "the binary is not built")
             path = Path(tmp) / "check.json"
@@ -137,7 +137,7 @@ MECHANISMS: dict[str, Mechanism] = {
                                         "idle_promotion_ms": 2000, "fach_promotion_ms": 1500, "hold_downlink": True}}}),
     "stall": EmuKeys("link-layer stall process (outages that hold, then release a burst)",
                      {"cell": {"stall": {"enabled": True, "mean_interval_s": 10.0, "min_ms": 200, "max_ms": 3000}}}),
-    "rmem-cap": ReplayOption("per-phone receive-window cap (UE option rmem_max_bytes)", "rmem_max_bytes"),
+    "rmem-cap": ReplayOption("per-phone receive-window cap (UE option ue_rmem)", "ue_rmem"),
     "drwa": ReplayOption("DRWA receive-window adaptation (UE option drwa)", "drwa"),
     "vegas": SchemeName("TCP Vegas as a BPF congestion control (scheme vegas)", "vegas"),
     "verus": SchemeName("Verus (scheme verus)", "verus"),

@@ -231,7 +231,10 @@ def spdy_3g_runs(ctx: RowContext) -> Outcome:
 
 def _claw_run(ctx: RowContext) -> tuple[list[LoadRow], dict[tuple[str, str, str, str], list[float]]]:
     p = ctx.params
-    loads = run_spec(ctx, p["matrices"], loader=p["loader"], repetitions=p["repetitions"], synth_seconds=p.get("synth_seconds"),
+    # Schemes whose mechanism may be missing (vegas): in the matrices when this build has them.
+    extra = [s for s in p.get("optional_schemes", []) if presence(s).present]
+    matrices = [{**m, "schemes": list(dict.fromkeys([*m["schemes"], *extra]))} for m in p["matrices"]]
+    loads = run_spec(ctx, matrices, loader=p["loader"], repetitions=p["repetitions"], synth_seconds=p.get("synth_seconds"),
                      load_timeout_s=p.get("load_timeout_s", 120), max_other_ues=p.get("max_other_ues"))
     return loads, plts(loads)
 

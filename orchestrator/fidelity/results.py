@@ -65,6 +65,8 @@ class Outcome:
         """Status from the checks: fail if any failed, pass if every evaluated one passed;
         partly evaluated rows say which parts were not, in the reason."""
         evaluated = [c for c in self.checks if c.ok is not None]
+        for c in evaluated:
+            c.note = ""  # a note says why a part could not be evaluated
         if not evaluated:
             if self.status not in (NOT_EMULATED, SKIPPED):
                 self.status = ERROR

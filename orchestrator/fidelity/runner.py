@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from clawbed.paths import runs_dir
 RUN_ID_PREFIX = "f"
 
 
-def experiment_for(name: str):  # type: ignore[no-untyped-def]
+def experiment_for(name: str) -> Callable[[RowContext], Outcome]:
     from clawbed.orchestrator.fidelity import bulk, pageloads
 
     table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS}

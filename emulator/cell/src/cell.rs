@@ -11,7 +11,8 @@ use crate::harq::{HarqEntity, LossModel, PendingTb, Transmission};
 use crate::queue::QueuePolicy;
 use crate::rlc::{Resolved, RlcEntity, TbPayload};
 use crate::rng::Rng;
-use crate::rrc::{Rrc, RrcState};
+use crate::rrc::{DrxState, RrcInput, RrcModel, RrcState, RrcStep};
+use crate::stall::StallProcess;
 use crate::rsrq::{rsrq_db, RsrqMeter, MIN_REPORTED_RSRQ_DB};
 use crate::scheduler::{Request, Scheduler};
 use crate::truth::{TruthRecord, UeTruth};
@@ -92,7 +93,12 @@ struct Ue<H> {
     rlc: RlcEntity<H>,
     harq: HarqEntity,
     rsrq: RsrqMeter,
-    rrc: Rrc,
+    rrc: Box<dyn RrcModel + Send>,
+    stall: Box<dyn StallProcess + Send>,
+    /// Promotion-delay draws.
+    rrc_rng: Rng,
+    /// Stall draws.
+    stall_rng: Rng,
     /// HARQ outcome draws.
     rng: Rng,
     /// Overflow drops since the start, packets.
@@ -106,6 +112,9 @@ struct Ue<H> {
 /// Random streams of a UE: HARQ draws and RSRQ noise, apart so that one does not shift
 /// the other.
 const STREAMS_PER_UE: u64 = 2;
+/// The RRC and stall streams (two per UE) come from the seed mixed with this, so that they
+/// leave the HARQ and RSRQ streams of every UE as they were before those models existed.
+const RADIO_SEED_SALT: u64 = 0x5241_4449_4f5f_5354;
 
 /// The LTE cell: call [`Cell::enqueue`] for each downlink packet reaching the base station
 /// and [`Cell::run_subframe`] once per 1 ms subframe with increasing `t_ms`.
@@ -126,7 +135,8 @@ pub struct Cell<H> {
     /// Per subframe, per UE: conditions, due HARQ retransmission, RRC state, demand, grant.
     now: Vec<Option<SubframeConditions>>,
     due: Vec<Option<PendingTb>>,
-    rrc_now: Vec<RrcState>,
+    rrc_now: Vec<RrcStep>,
+    stalled_now: Vec<bool>,
     demand: Vec<u8>,
     grants: Vec<u8>,
     last_t_ms: Option<u64>,
@@ -197,6 +207,12 @@ impl<H> Cell<H> {
         let scheduler =
             crate::scheduler::POLICIES.build(&config.scheduler, &config).map_err(|e| e.within("scheduler"))?;
         let loss = crate::harq::POLICIES.build(&config.loss, &config.harq).map_err(|e| e.within("loss"))?;
+        let rrc_models = (0..setups.len())
+            .map(|_| crate::rrc::POLICIES.build(&config.rrc, &()).map_err(|e| e.within("rrc")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let stall_models = (0..setups.len())
+            .map(|_| crate::stall::POLICIES.build(&config.stall, &()).map_err(|e| e.within("stall")))
+            .collect::<Result<Vec<_>, _>>()?;
         let policies = setups
             .iter()
             .enumerate()
@@ -211,8 +227,9 @@ impl<H> Cell<H> {
         let ues: Vec<Ue<H>> = setups
             .into_iter()
             .zip(policies)
+            .zip(rrc_models.into_iter().zip(stall_models))
             .enumerate()
-            .map(|(i, (setup, policy))| {
+            .map(|(i, ((setup, policy), (rrc, stall)))| {
                 let stream = i as u64 * STREAMS_PER_UE;
                 Ue {
                     // i < MAX_UES ≤ u16::MAX.
@@ -223,7 +240,10 @@ impl<H> Cell<H> {
                     rlc: RlcEntity::new(),
                     harq: HarqEntity::new(rtt_ms),
                     rsrq: RsrqMeter::new(config.rsrq.clone(), Rng::new(seed, stream + 1)),
-                    rrc: Rrc::new(config.rrc.clone()),
+                    rrc,
+                    stall,
+                    rrc_rng: Rng::new(seed ^ RADIO_SEED_SALT, 2 * i as u64),
+                    stall_rng: Rng::new(seed ^ RADIO_SEED_SALT, 2 * i as u64 + 1),
                     rng: Rng::new(seed, stream),
                     overflow_drops: 0,
                     unreported_overflow: (0, 0),
@@ -243,7 +263,8 @@ impl<H> Cell<H> {
             ues,
             now: vec![None; n],
             due: vec![None; n],
-            rrc_now: vec![RrcState::Connected; n],
+            rrc_now: vec![RrcStep { state: RrcState::Connected, drx: DrxState::Continuous, reachable: true }; n],
+            stalled_now: vec![false; n],
             demand: vec![0; n],
             grants: vec![0; n],
             last_t_ms: None,
@@ -275,6 +296,13 @@ impl<H> Cell<H> {
     /// not connected the data plane should hold the UE's uplink packets too.
     pub fn rrc_state(&self, ue: UeId) -> Option<RrcState> {
         self.ues.get(ue.index()).map(|u| u.rrc.state())
+    }
+
+    /// Whether UE `ue`'s link was stalled in the last subframe (the stall process or the
+    /// trace's `outage` column); `None` for an unknown UE. The data plane holds the UE's
+    /// uplink meanwhile too.
+    pub fn stalled(&self, ue: UeId) -> Option<bool> {
+        self.stalled_now.get(ue.index()).copied()
     }
 
     /// Reports uplink traffic from UE `ue` since the last subframe: it keeps the UE
@@ -366,12 +394,24 @@ impl<H> Cell<H> {
         let trace_t_ms = self.trace_ms(t_ms);
         for (i, u) in self.ues.iter_mut().enumerate() {
             let now = u.conditions.at(trace_t_ms);
-            let due = u.harq.take_due(t_ms);
-            let active =
-                u.rlc.holds_packets() || due.is_some() || u.harq.busy() || std::mem::take(&mut u.uplink_active);
-            let rrc = u.rrc.step(t_ms, active);
+            let mut due = u.harq.take_due(t_ms);
+            let input = RrcInput {
+                downlink_waiting: u.rlc.holds_packets(),
+                harq_busy: due.is_some() || u.harq.busy(),
+                uplink: std::mem::take(&mut u.uplink_active),
+            };
+            let rrc = u.rrc.step(t_ms, input, &mut u.rrc_rng);
+            let stalled = u.stall.stalled(t_ms, &mut u.stall_rng) | now.is_some_and(|c| c.outage);
+            let served = rrc.reachable && !stalled;
+            if !served {
+                // Held, not failed: a due retransmission waits one more HARQ round trip in
+                // its process, its transmission count unchanged.
+                if let Some(tb) = due.take() {
+                    u.harq.park(t_ms, tb);
+                }
+            }
             self.demand[i] = match (due, now.map(|c| c.capacity)) {
-                (None, Some(Capacity::Channel { mcs, layers })) if rrc == RrcState::Connected => {
+                (None, Some(Capacity::Channel { mcs, layers })) if served => {
                     demand_rbs(mcs, layers, u.rlc.sendable_bytes(t_ms), n_rb)
                 }
                 _ => 0,
@@ -380,6 +420,7 @@ impl<H> Cell<H> {
             self.now[i] = now;
             self.due[i] = due;
             self.rrc_now[i] = rrc;
+            self.stalled_now[i] = stalled;
         }
         let background = match &self.background {
             Some(source) => source.at(trace_t_ms),
@@ -465,7 +506,7 @@ impl<H> Cell<H> {
                 }
                 sent = Some(Sent { block, payload, layers, harq_retx: false });
             } else if let Some(Capacity::OpenLoop { bytes }) =
-                now.map(|c| c.capacity).filter(|_| self.rrc_now[i] == RrcState::Connected)
+                now.map(|c| c.capacity).filter(|_| self.rrc_now[i].reachable && !self.stalled_now[i])
             {
                 // Open loop: the subframe's bytes, no scheduler, no HARQ. A subframe that
                 // carried nothing had no transport block: a budget nobody used is not a
@@ -517,7 +558,9 @@ impl<H> Cell<H> {
                 overflow_drop_bytes: overflow.1,
                 rlc_loss_drops: lost_packets,
                 rlc_loss_drop_bytes: lost_bytes,
-                rrc: self.rrc_now[i],
+                rrc: self.rrc_now[i].state,
+                drx: self.rrc_now[i].drx,
+                stalled: self.stalled_now[i],
             });
             let payload_bytes = |payload: &TbPayload| u32::try_from(payload.len_bytes()).unwrap_or(u32::MAX);
             out.diag.push(DiagRecord {

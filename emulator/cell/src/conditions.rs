@@ -59,6 +59,9 @@ pub struct SubframeConditions {
     pub first_tx: FirstTx,
     /// RSRP, dBm, when the source knows it.
     pub rsrp_dbm: Option<f32>,
+    /// The UE's link is out in this subframe (a trace's `outage` column): nothing is sent
+    /// to it, its data waits (`crate::stall`).
+    pub outage: bool,
 }
 
 impl SubframeConditions {
@@ -70,6 +73,7 @@ impl SubframeConditions {
             other_users: None,
             first_tx: FirstTx::Unspecified,
             rsrp_dbm: None,
+            outage: false,
         }
     }
 }
@@ -138,6 +142,8 @@ pub struct TraceColumns {
     pub layers: Option<Vec<u8>>,
     /// `rsrp_dbm`: RSRP, dBm, −140..=−44.
     pub rsrp_dbm: Option<Vec<f32>>,
+    /// `outage`: 1 when the UE's link is out (a stall), else 0.
+    pub outage: Option<Vec<u8>>,
 }
 
 /// Takes the columns the cell uses out of a trace read by `phy_trace::Trace::read`
@@ -158,6 +164,7 @@ impl From<phy_trace::Trace> for TraceColumns {
             bler: c.bler,
             layers: c.layers,
             rsrp_dbm: c.rsrp_dbm,
+            outage: c.outage,
         }
     }
 }
@@ -214,6 +221,7 @@ impl ConditionTrace {
         check_column("bler", c.bler.as_deref(), rows, "0..=1", |v| (0.0..=1.0).contains(&v))?;
         check_column("layers", c.layers.as_deref(), rows, "1..=2", |v| v == 1 || v == 2)?;
         check_column("rsrp_dbm", c.rsrp_dbm.as_deref(), rows, "-140..=-44", |v| (-140.0..=-44.0).contains(&v))?;
+        check_column("outage", c.outage.as_deref(), rows, "0..=1", |v| v <= 1)?;
         if c.harq_fail.is_some() && c.bler.is_some() {
             return Err(ConditionsError("a trace carries `harq_fail` or `bler`, not both".into()));
         }
@@ -244,6 +252,7 @@ impl ConditionTrace {
             other_users: c.other_users.as_ref().map(|users| users[row]),
             first_tx,
             rsrp_dbm: c.rsrp_dbm.as_ref().map(|rsrp| rsrp[row]),
+            outage: c.outage.as_ref().is_some_and(|outage| outage[row] == 1),
         }
     }
 }

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-use crate::policy::PolicyChoice;
+use crate::policy::{PolicyChoice, Registry};
 
 /// A configuration value out of range or inconsistent, with the dotted path of the field
 /// (e.g. `harq.max_tx`, `ues[3].queue_limit_bytes`).
@@ -155,30 +155,24 @@ impl RsrqConfig {
     }
 }
 
-/// The optional RRC idle ↔ connected model (seed: LTE in-depth, SIGCOMM'13).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RrcConfig {
-    /// Whether UEs go idle after inactivity and need a promotion. Default false.
-    pub enabled: bool,
-    /// Inactivity after which a connected UE goes idle, ms (1..=3600000). Default 10000,
-    /// the tail the seed measured.
-    pub tail_ms: u32,
-    /// Idle → connected promotion delay, ms (0..=10000). Default 435, the seed's median.
-    pub promotion_ms: u32,
+/// Reads a policy choice of `registry`'s category, a kind-less table through the
+/// category's legacy reader (e.g. `[cell.rrc] enabled = true`).
+fn resolved_choice<'de, D, T, C>(registry: &Registry<T, C>, deserializer: D) -> Result<PolicyChoice, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: ?Sized + 'static,
+    C: 'static,
+{
+    let choice = PolicyChoice::deserialize(deserializer)?;
+    registry.resolve(choice).map_err(|e| serde::de::Error::custom(format_args!("{}: {}", e.field, e.problem)))
 }
 
-impl Default for RrcConfig {
-    fn default() -> Self {
-        RrcConfig { enabled: false, tail_ms: 10_000, promotion_ms: 435 }
-    }
+fn rrc_choice<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<PolicyChoice, D::Error> {
+    resolved_choice(&crate::rrc::POLICIES, deserializer)
 }
 
-impl RrcConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        check_int("tail_ms", self.tail_ms.into(), 1, 3_600_000)?;
-        check_int("promotion_ms", self.promotion_ms.into(), 0, 10_000)
-    }
+fn stall_choice<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<PolicyChoice, D::Error> {
+    resolved_choice(&crate::stall::POLICIES, deserializer)
 }
 
 /// Configuration of the cell as a whole.
@@ -205,8 +199,14 @@ pub struct CellConfig {
     pub rlc: RlcConfig,
     /// RSRQ measurement.
     pub rsrq: RsrqConfig,
-    /// RRC idle/connected model.
-    pub rrc: RrcConfig,
+    /// The RRC/DRX model ([`crate::rrc::POLICIES`]): `lte` (default), `umts` or `off`; a
+    /// table without `kind` is read as the former switch (`enabled`, `profile`).
+    #[serde(deserialize_with = "rrc_choice")]
+    pub rrc: PolicyChoice,
+    /// The link-layer stall process ([`crate::stall::POLICIES`]): `off` (default) or
+    /// `poisson`; a trace's `outage` column stalls in any case.
+    #[serde(deserialize_with = "stall_choice")]
+    pub stall: PolicyChoice,
 }
 
 impl Default for CellConfig {
@@ -220,7 +220,8 @@ impl Default for CellConfig {
             harq: HarqConfig::default(),
             rlc: RlcConfig::default(),
             rsrq: RsrqConfig::default(),
-            rrc: RrcConfig::default(),
+            rrc: crate::rrc::POLICIES.default_choice(),
+            stall: crate::stall::POLICIES.default_choice(),
         }
     }
 }
@@ -245,7 +246,8 @@ impl CellConfig {
         self.harq.validate().map_err(|e| e.within("harq"))?;
         self.rlc.validate().map_err(|e| e.within("rlc"))?;
         self.rsrq.validate().map_err(|e| e.within("rsrq"))?;
-        self.rrc.validate().map_err(|e| e.within("rrc"))
+        crate::rrc::POLICIES.check(&self.rrc).map_err(|e| e.within("rrc"))?;
+        crate::stall::POLICIES.check(&self.stall).map(drop).map_err(|e| e.within("stall"))
     }
 }
 

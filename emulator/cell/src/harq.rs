@@ -108,6 +108,7 @@ pub static POLICIES: Registry<dyn LossModel + Send, HarqConfig> = Registry {
             build: |params, _| Box::new(FixedLoss { probability: params.real("probability") }),
         },
     ],
+    legacy: None,
 };
 
 /// Redundancy versions of successive transmissions (36.321 §5.3.2.2 order).

@@ -95,6 +95,7 @@ mod rng;
 pub mod rrc;
 pub mod rsrq;
 pub mod scheduler;
+pub mod stall;
 pub mod truth;
 pub mod uplink;
 
@@ -106,7 +107,7 @@ pub use crate::conditions::{
 pub use crate::config::{CellConfig, ConfigError, UeConfig};
 pub use crate::diag::DiagRecord;
 pub use crate::policy::PolicyChoice;
-pub use crate::rrc::RrcState;
+pub use crate::rrc::{DrxState, RrcState};
 pub use crate::scheduler::Scheduler;
 pub use crate::truth::{TruthRecord, UeTruth};
 

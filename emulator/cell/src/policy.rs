@@ -207,7 +207,15 @@ pub struct Registry<T: ?Sized + 'static, C: 'static> {
     pub summary: &'static str,
     /// Every policy of the category.
     pub policies: &'static [Policy<T, C>],
+    /// How a table without `kind` is read (a category that was a switch before it was a
+    /// policy, e.g. `cell.rrc`'s `enabled`): takes the keys it knows out of the table and
+    /// returns the kind. `None`: `kind` is required.
+    pub legacy: Option<LegacyTable>,
 }
+
+/// Reads a kind-less table of a category: removes the keys it interprets from the
+/// parameters and returns the policy's name, or says what is wrong.
+pub type LegacyTable = fn(&mut BTreeMap<String, ParamValue>) -> Result<String, String>;
 
 impl<T: ?Sized + 'static, C: 'static> Registry<T, C> {
     /// The policy called `name`.
@@ -225,9 +233,25 @@ impl<T: ?Sized + 'static, C: 'static> Registry<T, C> {
         PolicyChoice::named(self.default)
     }
 
+    /// `choice` with its kind filled in: a table without `kind` read by the category's
+    /// [`Registry::legacy`] reader; any other choice as it is.
+    pub fn resolve(&self, mut choice: PolicyChoice) -> Result<PolicyChoice, ConfigError> {
+        if !choice.kind.is_empty() {
+            return Ok(choice);
+        }
+        let Some(legacy) = self.legacy else {
+            return Err(ConfigError::new("kind", format!("missing: a {} policy's name (one of {})", self.category, self.names())));
+        };
+        choice.kind = legacy(&mut choice.params).map_err(|problem| ConfigError::new("kind", problem))?;
+        Ok(choice)
+    }
+
     /// Checks `choice` (a known policy, known parameters within range); the error names
     /// the offending key relative to the choice (`kind`, or the parameter's name).
     pub fn check(&self, choice: &PolicyChoice) -> Result<Params, ConfigError> {
+        if choice.kind.is_empty() {
+            return self.check(&self.resolve(choice.clone())?);
+        }
         let policy = self.get(&choice.kind).ok_or_else(|| {
             ConfigError::new("kind", format!("unknown {} `{}` (one of {})", self.category, choice.kind, self.names()))
         })?;
@@ -252,6 +276,7 @@ impl<T: ?Sized + 'static, C: 'static> Registry<T, C> {
 
     /// Builds the policy `choice` names with `context`.
     pub fn build(&self, choice: &PolicyChoice, context: &C) -> Result<Box<T>, ConfigError> {
+        let choice = &self.resolve(choice.clone())?;
         let params = self.check(choice)?;
         // `check` found the policy.
         let policy = self.get(&choice.kind).ok_or_else(|| ConfigError::new("kind", "unknown policy"))?;
@@ -303,7 +328,13 @@ pub struct CategoryInfo {
 /// Every category with its policies: what `clawbed-emu --list-policies` prints and
 /// `emulator/policies.json` holds.
 pub fn catalogue() -> Vec<CategoryInfo> {
-    vec![crate::scheduler::POLICIES.describe(), crate::queue::POLICIES.describe(), crate::harq::POLICIES.describe()]
+    vec![
+        crate::scheduler::POLICIES.describe(),
+        crate::queue::POLICIES.describe(),
+        crate::harq::POLICIES.describe(),
+        crate::rrc::POLICIES.describe(),
+        crate::stall::POLICIES.describe(),
+    ]
 }
 
 /// Sets the choice of `category` in `config` (the cell's categories) or in every UE
@@ -323,6 +354,16 @@ pub fn apply(
         "loss" => {
             crate::harq::POLICIES.check(&choice)?;
             config.loss = choice;
+        }
+        "rrc" => {
+            let choice = crate::rrc::POLICIES.resolve(choice)?;
+            crate::rrc::POLICIES.check(&choice)?;
+            config.rrc = choice;
+        }
+        "stall" => {
+            let choice = crate::stall::POLICIES.resolve(choice)?;
+            crate::stall::POLICIES.check(&choice)?;
+            config.stall = choice;
         }
         "queue" => {
             crate::queue::POLICIES.check(&choice)?;
@@ -423,8 +464,9 @@ impl<'de> Deserialize<'de> for PolicyChoice {
                         }
                     }
                 }
-                let kind = kind.ok_or_else(|| de::Error::missing_field("kind"))?;
-                Ok(PolicyChoice { kind, params })
+                // A table without `kind`: empty, for the category's `legacy` reader (or
+                // its error) to fill in (`Registry::resolve`).
+                Ok(PolicyChoice { kind: kind.unwrap_or_default(), params })
             }
         }
 
@@ -448,6 +490,12 @@ mod tests {
         }
         for p in crate::queue::POLICIES.policies {
             crate::queue::POLICIES.build(&PolicyChoice::named(p.name), &ue).expect(p.name);
+        }
+        for p in crate::rrc::POLICIES.policies {
+            crate::rrc::POLICIES.build(&PolicyChoice::named(p.name), &()).expect(p.name);
+        }
+        for p in crate::stall::POLICIES.policies {
+            crate::stall::POLICIES.build(&PolicyChoice::named(p.name), &()).expect(p.name);
         }
         for category in catalogue() {
             assert!(category.policies.iter().any(|p| p.name == category.default), "{}", category.category);

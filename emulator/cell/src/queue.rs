@@ -46,6 +46,7 @@ pub static POLICIES: Registry<dyn QueuePolicy + Send, UeConfig> = Registry {
         params: &[],
         build: |_, ue| Box::new(DropTail { limit_bytes: ue.queue_limit_bytes }),
     }],
+    legacy: None,
 };
 
 /// One packet (an RLC SDU) in the buffer.

@@ -7,7 +7,7 @@
 
 /// One independent stream of pseudo-random numbers.
 #[derive(Clone, Debug)]
-pub(crate) struct Rng {
+pub struct Rng {
     state: [u64; 4],
 }
 

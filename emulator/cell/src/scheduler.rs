@@ -57,6 +57,7 @@ pub static POLICIES: Registry<dyn Scheduler + Send, CellConfig> = Registry {
             build: |_, _| Box::new(RoundRobin::default()),
         },
     ],
+    legacy: None,
 };
 
 /// A party competing for RBs: an emulated UE, or the other users as one weighted group.

@@ -1,7 +1,7 @@
 //! Ground truth: what the cell really did in a subframe, for scoring the CLAW client's
 //! estimates and the loss classification. Serialises (serde) with the field names below.
 
-use crate::rrc::RrcState;
+use crate::rrc::{DrxState, RrcState};
 use crate::UeId;
 use serde::Serialize;
 
@@ -44,8 +44,14 @@ pub struct UeTruth {
     pub rlc_loss_drops: u32,
     /// Bytes of those packets.
     pub rlc_loss_drop_bytes: u64,
-    /// RRC state in force during the subframe.
+    /// RRC state in force during the subframe (`idle`, `fach`, `promoting`, `connected`).
     pub rrc: RrcState,
+    /// DRX state in force during the subframe (`continuous`, `short-drx`, `long-drx`,
+    /// `not-connected`).
+    pub drx: DrxState,
+    /// The UE's link was stalled (stall process or the trace's `outage` column): nothing
+    /// was sent to it.
+    pub stalled: bool,
 }
 
 /// One subframe of the whole cell.

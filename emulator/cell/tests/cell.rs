@@ -281,8 +281,8 @@ fn rsrq_without_noise_is_eq6_of_the_true_allocation() {
 /// Everything a run produces, serialised, for comparing runs.
 fn transcript(seed: u64) -> Vec<String> {
     let mut config = CellConfig::default();
-    config.rrc.enabled = true;
-    config.rrc.promotion_ms = 50;
+    config.rrc = PolicyChoice::parse("lte,promotion_p25_ms=50,promotion_ms=50,promotion_p75_ms=50").unwrap();
+    config.stall = PolicyChoice::parse("poisson,mean_interval_s=0.5,min_ms=20,max_ms=80").unwrap();
     let mut columns = constant_columns(1000, 0, 0);
     columns.mcs = (0..1000).map(|t| (t % 29) as u8).collect();
     columns.other_rbs = (0..1000).map(|t| ((t * 11) % 51) as u8).collect();
@@ -375,25 +375,29 @@ fn constant_rate_link() {
 #[test]
 fn rrc_promotion_holds_the_first_packet() {
     let mut config = config("proportional-fair");
-    config.rrc.enabled = true;
-    config.rrc.tail_ms = 1000;
+    // A fixed 435 ms promotion, paged at once.
+    config.rrc = PolicyChoice::parse("lte,tail_ms=1000,promotion_p25_ms=435,promotion_p75_ms=435,paging_cycle_ms=0")
+        .unwrap();
     let mut cell = one_ue(config, conditions(constant_columns(100, 20, 0)));
     let mut out = SubframeOutput::new();
+    // A UE starts connected; quiet for the 1 s tail, it is idle.
     cell.run_subframe(0, &mut out);
+    assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Connected));
+    cell.run_subframe(1000, &mut out);
     assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Idle));
     cell.enqueue(UeId(0), 1000, (0, 0));
     let mut delivered_at = None;
-    for t in 1..3000 {
+    for t in 1001..3000 {
         cell.run_subframe(t, &mut out);
         if !out.delivered.is_empty() {
             delivered_at = Some(t);
         }
-        if t == 1000 {
+        if t == 2000 {
             assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Connected));
         }
     }
-    // Promotion from subframe 1 takes 435 ms; then it goes idle after the 1 s tail.
-    assert_eq!(delivered_at, Some(436));
+    // Promotion from subframe 1001 takes 435 ms; then it goes idle after the 1 s tail.
+    assert_eq!(delivered_at, Some(1436));
     assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Idle));
     assert!(cell.uplink_activity(UeId(0)));
     cell.run_subframe(3000, &mut out);

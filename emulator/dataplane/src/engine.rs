@@ -511,8 +511,10 @@ impl Engine {
 
         let (trace_k, trace_shift_ms) = (self.cell.trace_ms(k), self.cell.trace_shift_ms());
         for (i, lane) in self.lanes.iter_mut().enumerate() {
-            // While the UE's radio connection is being set up its uplink waits too.
-            if self.cell.rrc_state(UeId(i as u16)) != Some(RrcState::Connected) {
+            // While the UE's radio connection is being set up, or its link is stalled, its
+            // uplink waits too.
+            let ue = UeId(i as u16);
+            if self.cell.rrc_state(ue) != Some(RrcState::Connected) || self.cell.stalled(ue) == Some(true) {
                 continue;
             }
             let due_ns = end_ns + self.timing.air_ns + lane.links.core_up.at(end_ns, trace_shift_ms);

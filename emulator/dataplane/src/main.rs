@@ -286,9 +286,19 @@ fn run(cli: &Cli) -> Result<()> {
     });
     println!("counters {counters}");
     let _ = std::io::stdout().flush();
+    // Written whole or not at all: a reader never finds an empty or half file.
     let path = config.output_dir.join("counters.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&counters).unwrap_or_default() + "\n")
-        .context(|| format!("writing {}", path.display()))?;
+    let text = serde_json::to_string_pretty(&counters)
+        .map_err(std::io::Error::other)
+        .context(|| "serialising the counters".to_string())?
+        + "\n";
+    let tmp = config.output_dir.join(".counters.json.tmp");
+    std::fs::write(&tmp, text)
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp); // a cut temporary file is no use to anyone
+        })
+        .context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     // Dropping the devices (last reference) removes the TUN devices.
     drop(devices);
     Ok(())

@@ -49,6 +49,7 @@ fn load_trace(path: &Path) -> Result<LoadedTrace> {
         bler: c.bler,
         layers: c.layers,
         rsrp_dbm: c.rsrp_dbm,
+        outage: c.outage,
     };
     let conditions = ConditionTrace::new(columns).map_err(|e| Error::Trace(format!("{}: {e}", path.display())))?;
     Ok(LoadedTrace {

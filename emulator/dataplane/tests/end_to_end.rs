@@ -133,7 +133,7 @@ fn udp_downlink_through_the_cell_with_diag_feed() {
         // Whole datagrams, in order, unchanged (several arrive merged into one write).
         assert_eq!(n, 1000);
         assert!(buf[..n].iter().all(|&b| b == buf[0]), "datagram {} intact", buf[0]);
-        assert!(last_seq.map_or(true, |last| buf[0] > last), "in order");
+        assert!(last_seq.is_none_or(|last| buf[0] > last), "in order");
         last_seq = Some(buf[0]);
         first_arrival.get_or_insert_with(|| start.elapsed());
         received += 1;

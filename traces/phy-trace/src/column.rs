@@ -238,6 +238,8 @@ columns! {
         UlCapacityBits => ul_capacity_bits: u32 = U32,
         /// One-way core network delay in force from this subframe on, ms, 0.0..=10000.0.
         CoreDelayMs => core_delay_ms: f32 = F32,
+        /// 1 when the UE's link is out in the subframe (a stall: data held, not lost), else 0.
+        Outage => outage: u8 = U8,
     }
 }
 
@@ -254,7 +256,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        assert_eq!(ColumnName::ALL.len(), 13);
+        assert_eq!(ColumnName::ALL.len(), 14);
         for &name in ColumnName::ALL {
             assert_eq!(ColumnName::from_name(name.as_str()), Some(name));
         }

@@ -79,6 +79,9 @@ pub(crate) fn validate(trace: &Trace) -> Vec<Defect> {
     if let Some(v) = &c.core_delay_ms {
         check_range(d, "core_delay_ms", v, CORE_DELAY_MS);
     }
+    if let Some(v) = &c.outage {
+        check(d, "outage", v.iter().copied(), |_, v| v <= 1, |_| "must be 0 or 1".into());
+    }
     defects
 }
 

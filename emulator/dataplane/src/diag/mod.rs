@@ -151,6 +151,11 @@ pub struct DiagCounters {
     pub subscribers_dropped_slow: Vec<u64>,
     /// Whether the diag files were written.
     pub file: bool,
+    /// Failed writes (and flushes) of each UE's diag file: the file then lacks lines the
+    /// live feed carried, as the truth writer's `write_error` says of its file.
+    pub file_write_errors: Vec<u64>,
+    /// The first such error of each UE's file, if any.
+    pub file_write_error: Vec<Option<String>>,
     /// The mi2log feed's counters, per UE.
     pub mi2log: Vec<Mi2logCounters>,
 }
@@ -190,6 +195,9 @@ struct Feed {
     listener: TcpListener,
     subscribers: Vec<Subscriber>,
     file: Option<BufWriter<File>>,
+    /// Failed writes and flushes of `file`, and the first one's error.
+    file_errors: u64,
+    first_file_error: Option<String>,
     /// The same feed as diag log packets (`mi2log.rs`).
     mi2log: Mi2logFeed,
 }
@@ -198,12 +206,21 @@ impl Feed {
     /// Appends a subframe's lines to the file and to every subscriber's buffer.
     fn push_lines(&mut self, lines: &[u8]) {
         if let Some(file) = &mut self.file {
-            // A failing file write (disk full) must not stop the live feed; the counters
-            // show the lines produced, the file what it could keep.
-            let _ = file.write_all(lines);
+            // A failing file write (disk full) must not stop the live feed: it is counted
+            // (`file_write_errors`), and the file keeps what it could.
+            if let Err(e) = file.write_all(lines) {
+                self.note_file_error(&e);
+            }
         }
         for sub in &mut self.subscribers {
             sub.pending.extend_from_slice(lines);
+        }
+    }
+
+    fn note_file_error(&mut self, e: &io::Error) {
+        self.file_errors += 1;
+        if self.first_file_error.is_none() {
+            self.first_file_error = Some(e.to_string());
         }
     }
 }
@@ -259,7 +276,14 @@ impl DiagServer {
                 watch(&epoll, fd, MI2LOG_TOKEN | i as u64)
                     .context(|| format!("watching the UE {i} mi2log listener"))?;
             }
-            feeds.push(Feed { listener, subscribers: Vec::new(), file, mi2log });
+            feeds.push(Feed {
+                listener,
+                subscribers: Vec::new(),
+                file,
+                file_errors: 0,
+                first_file_error: None,
+                mi2log,
+            });
             endpoints.push(DiagEndpoint { port, mi2log: mi2log_at });
         }
         Ok((DiagServer { feeds, epoll }, endpoints))
@@ -275,6 +299,8 @@ impl DiagServer {
             subscribers_accepted: vec![0; n],
             subscribers_dropped_slow: vec![0; n],
             file: queue.file,
+            file_write_errors: vec![0; n],
+            file_write_error: vec![None; n],
             mi2log: vec![Mi2logCounters::default(); n],
         };
         // A pty is a standing subscriber: whether anyone reads it shows only as it is written.
@@ -322,6 +348,8 @@ impl DiagServer {
         self.flush_files();
         for (ue, feed) in self.feeds.iter().enumerate() {
             counters.mi2log[ue] = feed.mi2log.counters;
+            counters.file_write_errors[ue] = feed.file_errors;
+            counters.file_write_error[ue] = feed.first_file_error.clone();
         }
         counters
     }
@@ -394,7 +422,9 @@ impl DiagServer {
     fn flush_files(&mut self) {
         for feed in &mut self.feeds {
             if let Some(file) = &mut feed.file {
-                let _ = file.flush();
+                if let Err(e) = file.flush() {
+                    feed.note_file_error(&e);
+                }
             }
             feed.mi2log.flush();
         }
