@@ -469,6 +469,8 @@ def cleanup_from_ledger(path: Path) -> list[str]:
                 os.kill(pid, signal.Signals[entry.get("signal", "SIGTERM")])
                 removed.append(f"process {name} (pid {pid})")
         elif kind == "link":
+            if entry.get("netns") and entry["netns"] not in netns.listnetns():
+                continue  # the link went with its namespace (opening it would make it anew)
             with contextlib.suppress(OSError, NetlinkError):
                 target: IPRoute | NetNS = NetNS(entry["netns"]) if entry.get("netns") else IPRoute()
                 with target as ipr:

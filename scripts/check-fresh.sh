@@ -430,6 +430,7 @@ finish() {
     for _ in $(seq 240); do kill -0 "$ipid" 2>/dev/null || break; sleep 0.5; done
   fi
   [ -z "$base_tar" ] || rm -rf --one-file-system "$work/debootstrap.$$" "$base_tar.tmp" 2>/dev/null
+  rm -f "$rundir/inner.pid" "$rundir/phase.pid" "$rundir/phase.rc"
   if [ -n "$root" ] && [ -d "$root" ]; then
     local start=$SECONDS
     if awk -v r="$root" '$5 == r || index($5, r "/") == 1 {f = 1} END {exit !f}' /proc/self/mountinfo; then

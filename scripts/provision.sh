@@ -22,6 +22,7 @@ die() { printf 'provision: error: %s\n' "$*" >&2; exit 1; }
 #   iproute2 ethtool iptables        namespaces, links, qdiscs, offloads, random loss
 #   nftables                         cross traffic's per-flow marks and counters (nft)
 #   procps                           sysctl (congestion-control settings, below)
+#   tcpdump                          server-side captures of the fidelity suite's bulk-flow rows
 #   iputils-ping                     idle RTT checks through the emulated link
 #   iperf3                           bulk cross traffic
 #   nginx                            the HTTP/2 (TLS) web server of replays
@@ -36,7 +37,7 @@ apt_packages=(
   build-essential pkg-config
   clang llvm libbpf-dev bpftool
   iproute2 ethtool iptables nftables procps iputils-ping
-  iperf3 nginx chromium
+  iperf3 nginx chromium tcpdump
   influxdb influxdb-client
   mininet bridge-utils vagrant
   python3 python3-venv python3-dev
