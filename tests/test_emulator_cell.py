@@ -55,6 +55,10 @@ def _run(out: Path, n_ues: int, *, flood_rate: str, seconds: float = 3.0, ue: di
          live_messages: int = 0, **fields: Any) -> Run:
     """Run the cell with a UDP flow to every UE; optionally read UE 0's live diag feed."""
     live: list[dict[str, Any]] = []
+    # These scenarios check the scheduler, RSRQ and loss reports against hand-computed values
+    # from the first packet on: without the RRC/DRX model, whose wait for the first DRX
+    # on-duration of a flow (up to 40 ms) test_emulator_rrc_stall.py checks.
+    fields["cell"] = {"rrc": "off", **fields.get("cell", {})}
     with EmulatedCell(n_ues, out, ue=ue, **fields) as cell:
         with UdpSink([u.name for u in cell.topo.ues], SINK_PORT) as sink:
             targets = [(str(u.address), SINK_PORT) for u in cell.topo.ues]

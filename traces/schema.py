@@ -68,6 +68,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("rsrq_db", "f32", False, -34.0, 3.0, "RSRQ as recorded, dB"),
     Column("ul_capacity_bits", "u32", False, 0, 2**24, "uplink capacity, bits per subframe"),
     Column("core_delay_ms", "f32", False, 0.0, 10000.0, "one-way core delay from this subframe on, ms"),
+    Column("outage", "u8", False, 0, 1, "the UE's link is out (a stall: data held, then released)"),
 )
 COLUMN_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 REQUIRED_COLUMNS = tuple(c.name for c in COLUMNS if c.required)

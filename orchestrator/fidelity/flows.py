@@ -35,7 +35,7 @@ _FIELDS = (("ca_state", 1, "B"), ("rto_us", 8, "I"), ("snd_mss", 16, "I"), ("una
            ("bytes_acked", 120, "Q"), ("bytes_received", 128, "Q"), ("segs_out", 136, "I"), ("segs_in", 140, "I"),
            ("min_rtt_us", 148, "I"), ("data_segs_in", 152, "I"), ("data_segs_out", 156, "I"),
            ("bytes_sent", 200, "Q"), ("bytes_retrans", 208, "Q"), ("dsack_dups", 216, "I"), ("reord_seen", 220, "I"),
-           ("rcv_ooopack", 224, "I"), ("total_rto", 240, "H"), ("total_rto_recoveries", 242, "H"))
+           ("rcv_ooopack", 224, "I"), ("snd_wnd", 228, "I"), ("total_rto", 240, "H"), ("total_rto_recoveries", 242, "H"))
 
 
 def tcp_info(sock: socket.socket) -> dict[str, Any]:

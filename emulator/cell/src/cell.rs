@@ -12,9 +12,9 @@ use crate::queue::QueuePolicy;
 use crate::rlc::{Resolved, RlcEntity, TbPayload};
 use crate::rng::Rng;
 use crate::rrc::{DrxState, RrcInput, RrcModel, RrcState, RrcStep};
-use crate::stall::StallProcess;
 use crate::rsrq::{rsrq_db, RsrqMeter, MIN_REPORTED_RSRQ_DB};
 use crate::scheduler::{Request, Scheduler};
+use crate::stall::StallProcess;
 use crate::truth::{TruthRecord, UeTruth};
 use crate::{DropCause, Enqueued, UeId};
 

@@ -37,7 +37,8 @@
 //! | RLC retransmission delay | 40 ms | reordering timer + status report |
 //! | RLC retransmissions | 1 | calibration, below |
 //! | RSRQ noise / quantum / hold | 0.5 dB / 0.0625 dB / 1 ms | phones quantise to 1/16 dB |
-//! | RRC | off; tail 10 s, promotion 435 ms | seed medians |
+//! | RRC/DRX (`rrc`) | `lte`: tail 10 s, promotion quartiles 319/435/558 ms, DRX 100 ms / 20 ms / 40 ms | LTE13, SPDY App. A ([`rrc`]) |
+//! | stalls (`stall`) | off (a trace's `outage` column stalls) | no measured rate ([`stall`]) |
 //!
 //! The seeds put the median TCP retransmission rate on LTE at 0.06% and the worst case
 //! below 1%, so the cell should lose about 6·10⁻⁴ of the packets of a typical busy UE.
@@ -67,9 +68,10 @@
 //!
 //! # Policies
 //!
-//! The scheduler ([`scheduler`]), each UE's queue policy ([`queue`]) and the HARQ loss
-//! model ([`harq`]) are chosen by name in the configuration ([`CellConfig::scheduler`],
-//! [`CellConfig::loss`], [`UeConfig::queue`]); each module lists its policies in its
+//! The scheduler ([`scheduler`]), each UE's queue policy ([`queue`]), the HARQ loss
+//! model ([`harq`]), the RRC/DRX model ([`rrc`]) and the stall process ([`stall`]) are
+//! chosen by name in the configuration ([`CellConfig::scheduler`], [`CellConfig::loss`],
+//! [`UeConfig::queue`], [`CellConfig::rrc`], [`CellConfig::stall`]); each module lists its policies in its
 //! `POLICIES` registry, next to the types ([`policy`] has the machinery and the
 //! catalogue the binary prints).
 //!

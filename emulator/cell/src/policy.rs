@@ -240,7 +240,10 @@ impl<T: ?Sized + 'static, C: 'static> Registry<T, C> {
             return Ok(choice);
         }
         let Some(legacy) = self.legacy else {
-            return Err(ConfigError::new("kind", format!("missing: a {} policy's name (one of {})", self.category, self.names())));
+            return Err(ConfigError::new(
+                "kind",
+                format!("missing: a {} policy's name (one of {})", self.category, self.names()),
+            ));
         };
         choice.kind = legacy(&mut choice.params).map_err(|problem| ConfigError::new("kind", problem))?;
         Ok(choice)

@@ -547,7 +547,7 @@ mod tests {
         // Short DRX 600..620: on-durations at multiples of 20 ms only.
         let s = m.step(600, QUIET, &mut rng);
         assert_eq!((s.drx, s.reachable), (DrxState::ShortDrx, true));
-        assert_eq!(m.step(601, QUIET, &mut rng).reachable, false);
+        assert!(!m.step(601, QUIET, &mut rng).reachable);
         // Long DRX from 620: data arriving at 621 waits for 640, the next on-duration.
         for t in 621..640 {
             let s = m.step(t, DATA, &mut rng);

@@ -147,9 +147,7 @@ pub static POLICIES: Registry<dyn StallProcess + Send, ()> = Registry {
 
 /// A `cell.stall` table without `kind` (the fidelity suite's keys): `enabled = false` →
 /// `off`, else `poisson` with the other keys as its parameters.
-fn legacy_table(
-    params: &mut std::collections::BTreeMap<String, crate::policy::ParamValue>,
-) -> Result<String, String> {
+fn legacy_table(params: &mut std::collections::BTreeMap<String, crate::policy::ParamValue>) -> Result<String, String> {
     use crate::policy::ParamValue;
     match params.remove("enabled") {
         Some(ParamValue::Bool(false)) => {

@@ -280,9 +280,11 @@ fn rsrq_without_noise_is_eq6_of_the_true_allocation() {
 
 /// Everything a run produces, serialised, for comparing runs.
 fn transcript(seed: u64) -> Vec<String> {
-    let mut config = CellConfig::default();
-    config.rrc = PolicyChoice::parse("lte,promotion_p25_ms=50,promotion_ms=50,promotion_p75_ms=50").unwrap();
-    config.stall = PolicyChoice::parse("poisson,mean_interval_s=0.5,min_ms=20,max_ms=80").unwrap();
+    let config = CellConfig {
+        rrc: PolicyChoice::parse("lte,promotion_p25_ms=50,promotion_ms=50,promotion_p75_ms=50").unwrap(),
+        stall: PolicyChoice::parse("poisson,mean_interval_s=0.5,min_ms=20,max_ms=80").unwrap(),
+        ..CellConfig::default()
+    };
     let mut columns = constant_columns(1000, 0, 0);
     columns.mcs = (0..1000).map(|t| (t % 29) as u8).collect();
     columns.other_rbs = (0..1000).map(|t| ((t * 11) % 51) as u8).collect();
@@ -376,8 +378,8 @@ fn constant_rate_link() {
 fn rrc_promotion_holds_the_first_packet() {
     let mut config = config("proportional-fair");
     // A fixed 435 ms promotion, paged at once.
-    config.rrc = PolicyChoice::parse("lte,tail_ms=1000,promotion_p25_ms=435,promotion_p75_ms=435,paging_cycle_ms=0")
-        .unwrap();
+    config.rrc =
+        PolicyChoice::parse("lte,tail_ms=1000,promotion_p25_ms=435,promotion_p75_ms=435,paging_cycle_ms=0").unwrap();
     let mut cell = one_ue(config, conditions(constant_columns(100, 20, 0)));
     let mut out = SubframeOutput::new();
     // A UE starts connected; quiet for the 1 s tail, it is idle.
@@ -584,4 +586,53 @@ fn the_configured_loss_model_decides_every_transmission() {
     assert_eq!(cell.enqueue(UeId(0), 500, (0, 0)), Enqueued::Queued);
     cell.run_subframe(0, &mut out);
     assert_eq!(out.delivered, [(UeId(0), (0, 0))]);
+}
+
+#[test]
+fn an_outage_holds_the_data_then_releases_it_at_the_cell_rate() {
+    // A trace whose link is out in subframes 100..300; 1000-byte packets every ms from 50.
+    let mut columns = constant_columns(1000, 20, 0);
+    columns.outage = Some((0..1000).map(|t| u8::from((100..300).contains(&t))).collect());
+    let config = CellConfig { rrc: PolicyChoice::named("off"), ..config("proportional-fair") };
+    let mut cell = one_ue(config, conditions(columns));
+    let full_tbs = u64::from(lte::tbs::tbs_bits(20, 50, 1).unwrap() / 8);
+    let mut out = SubframeOutput::new();
+    let (mut queue, mut carried, mut stalled) = (Vec::new(), Vec::new(), Vec::new());
+    for t in 0..600u64 {
+        if (50..400).contains(&t) {
+            assert_eq!(cell.enqueue(UeId(0), 1000, (0, t)), Enqueued::Queued);
+        }
+        cell.run_subframe(t, &mut out);
+        let u = out.truth.ues[0];
+        queue.push(u.queue_bytes);
+        carried.push(u.carried_bytes);
+        stalled.push(u.stalled);
+        assert_eq!(cell.stalled(UeId(0)), Some((100..300).contains(&t)));
+    }
+    // Nothing carried in the outage; 200 packets wait at its end (none dropped).
+    assert!(carried[100..300].iter().all(|&c| c == 0));
+    assert_eq!(queue[299], 200 * 1000);
+    assert!(stalled[100..300].iter().all(|&s| s) && !stalled[300]);
+    // Then the full band until the backlog is gone: the burst.
+    let drained = 300 + queue[300..].iter().position(|&q| q < full_tbs).unwrap();
+    assert!(drained > 310);
+    assert!(carried[300..drained].iter().all(|&c| c == full_tbs), "{:?}", &carried[300..drained]);
+}
+
+#[test]
+fn the_default_rrc_model_waits_for_the_drx_on_duration() {
+    // The default model (lte): quiet for 200 ms after the start, the UE is in long DRX (40 ms
+    // cycle, 1 ms on-duration at multiples of 40): a packet at 201 leaves at 240.
+    let mut cell = one_ue(config("proportional-fair"), conditions(constant_columns(1000, 20, 0)));
+    let mut out = SubframeOutput::new();
+    cell.run_subframe(0, &mut out);
+    cell.run_subframe(200, &mut out);
+    assert_eq!(out.truth.ues[0].drx, cell::DrxState::LongDrx);
+    cell.enqueue(UeId(0), 1000, (0, 0));
+    let delivered_at = (201..300u64).find(|&t| {
+        cell.run_subframe(t, &mut out);
+        !out.delivered.is_empty()
+    });
+    assert_eq!(delivered_at, Some(240));
+    assert_eq!(out.truth.ues[0].drx, cell::DrxState::Continuous);
 }
