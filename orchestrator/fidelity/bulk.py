@@ -680,10 +680,13 @@ def stall_spurious(ctx: RowContext) -> Outcome:
             truth = read_truth(cell.truth_path)
         s = f.server[0] if f.server else {}
         drops = int(truth.ue(0, "overflow_drops").sum() + truth.ue(0, "rlc_loss_drops").sum())
+        out.metrics[str(outage)] = {"total_rto": s.get("total_rto"), "dsack_dups": s.get("dsack_dups"), "drops": drops}
         out.checks.append(Check(f"outage {outage} ms: RTOs / DSACKs / real drops",
                                 f"{s.get('total_rto')} / {s.get('dsack_dups')} / {drops}",
                                 "spurious RTO iff outage > RTO; no real loss", drops == 0 and (
                                     (s.get("total_rto", 0) > 0) == (outage > p["rto_ms"]))))
+    out.testbed = "; ".join(f"outage {k} ms: {v['total_rto']} RTO(s), {v['dsack_dups']} DSACK(s), {v['drops']} drop(s)"
+                            for k, v in out.metrics.items() if isinstance(v, dict) and "drops" in v)
     return out
 
 
