@@ -200,18 +200,16 @@ def _stall_legacy(table: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "poisson", **table} if enabled else {"kind": "off"}
 
 
-def _switch_policy(category: str, legacy: Any) -> Any:
-    def check(value: Any) -> dict[str, Any]:
-        if isinstance(value, dict) and "kind" not in value:
-            value = legacy(value)
-        return check_policy(category, value)
-    return Annotated[dict[str, Any], BeforeValidator(check)]
+def _switched(category: str, value: Any, legacy: Any) -> dict[str, Any]:
+    if isinstance(value, dict) and "kind" not in value:
+        value = legacy(value)
+    return check_policy(category, value)
 
 
 #: The RRC/DRX model (``lte`` default, ``umts``, ``off``) and the stall process (``off`` default,
 #: ``poisson``): policies like the others, whose kind-less tables read as switches.
-RrcPolicy = _switch_policy("rrc", _rrc_legacy)
-StallPolicy = _switch_policy("stall", _stall_legacy)
+RrcPolicy = Annotated[dict[str, Any], BeforeValidator(lambda v: _switched("rrc", v, _rrc_legacy))]
+StallPolicy = Annotated[dict[str, Any], BeforeValidator(lambda v: _switched("stall", v, _stall_legacy))]
 
 
 class CellConfig(_Model):

@@ -3,7 +3,7 @@
 ``policies.json`` beside this file is the cell crate's policy registry as
 ``clawbed-emu --list-policies --json`` prints it; a Rust test keeps the two equal
 (``CLAWBED_BLESS=1 cargo test -p emulator --lib config`` rewrites the file). A scheduler,
-queue policy or loss model added in the cell crate therefore reaches the emulator's config
+queue policy, loss model, RRC/DRX model or stall process added in the cell crate therefore reaches the emulator's config
 model, the CLIs' choices and the specs' validation through this file alone. Light on
 purpose (no pydantic): CLIs read it to build their choices.
 """
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-#: Each category (``scheduler``, ``queue``, ``loss``): its config key, default, summary and
+#: Each category (``scheduler``, ``queue``, ``loss``, ``rrc``, ``stall``): its config key, default, summary and
 #: policies (name, summary, parameter schema: name, type, min, max, default, doc).
 POLICIES: dict[str, dict[str, Any]] = {
     c["category"]: c for c in json.loads(Path(__file__).with_name("policies.json").read_text())

@@ -175,3 +175,21 @@ def test_policies_are_the_binarys(tmp_path: Path) -> None:
     assert done.returncode == 2 and "cell.loss.probability" in done.stderr, done.stderr
     with pytest.raises(ConfigError, match=r"cell\.loss`: probability"):
         EmulatorConfig.build(**data)
+
+
+def test_rrc_and_stall_are_policies_whose_kindless_tables_are_switches() -> None:
+    """``cell.rrc`` / ``cell.stall``: a name or ``{kind, params}`` like any policy; a table without
+    ``kind`` reads as the former switch and the fidelity suite's keys, as the binary reads it."""
+    from clawbed.emulator.config import CellConfig
+
+    assert CellConfig().rrc == {"kind": "lte"} and CellConfig().stall == {"kind": "off"}
+    assert CellConfig(rrc={"enabled": False, "tail_ms": 5}).rrc == {"kind": "off"}
+    assert CellConfig(rrc={"enabled": True, "promotion_ms": 300}).rrc == {
+        "kind": "lte", "promotion_ms": 300, "promotion_p25_ms": 300, "promotion_p75_ms": 300}
+    assert CellConfig(rrc={"profile": "3g", "dch_tail_ms": 5000, "hold_downlink": True}).rrc == {
+        "kind": "umts", "dch_tail_ms": 5000}
+    assert CellConfig(stall={"enabled": True, "mean_interval_s": 10.0, "min_ms": 200, "max_ms": 3000}).stall == {
+        "kind": "poisson", "mean_interval_s": 10.0, "min_ms": 200, "max_ms": 3000}
+    for bad in ({"profile": "5g"}, {"hold_downlink": False}, {"kind": "lte", "tail_ms": 0}, {"kind": "off", "x": 1}):
+        with pytest.raises(ValueError):
+            CellConfig(rrc=bad)

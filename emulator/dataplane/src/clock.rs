@@ -247,7 +247,7 @@ impl ThreadSetup {
     pub fn apply(&self) -> ThreadReport {
         let (mut scheduling, mut cpus, mut refused) = ("normal".to_string(), Vec::new(), Vec::new());
         let mut refuse = |what: String| {
-            eprintln!("clawbed-emu: warning: thread {}: {what}", self.name);
+            crate::report!("clawbed-emu: warning: thread {}: {what}", self.name);
             refused.push(what);
         };
         if let Ok(name) = std::ffi::CString::new(self.name) {

@@ -365,16 +365,16 @@ impl Engine {
                 self.cell.seek_trace(self.next_subframe, trace_ms);
                 self.counters.seeks += 1;
                 if let Err(e) = std::fs::remove_file(&path) {
-                    eprintln!("clawbed-emu: warning: removing {} after the seek: {e}", path.display());
+                    crate::report!("clawbed-emu: warning: removing {} after the seek: {e}", path.display());
                 }
             }
             Err(why) => {
                 self.counters.seeks_rejected += 1;
-                eprintln!("clawbed-emu: {}: {why}; the traces play on where they were", path.display());
+                crate::report!("clawbed-emu: {}: {why}; the traces play on where they were", path.display());
                 let mut rejected = path.clone().into_os_string();
                 rejected.push(".rejected");
                 if let Err(e) = std::fs::rename(&path, &rejected) {
-                    eprintln!("clawbed-emu: warning: renaming {} to {:?}: {e}", path.display(), rejected);
+                    crate::report!("clawbed-emu: warning: renaming {} to {:?}: {e}", path.display(), rejected);
                 }
             }
         }

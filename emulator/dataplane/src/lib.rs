@@ -22,6 +22,16 @@
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+/// Writes a line to stderr like `eprintln!`, but never panics: with stderr on a full disk or
+/// a closed pipe the message is lost, not the run.
+#[macro_export]
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[allow(unsafe_code)]
 pub mod clock;
 pub mod columnar;

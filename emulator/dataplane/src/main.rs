@@ -41,7 +41,7 @@ fn main() {
     match run(&cli) {
         Ok(()) => {}
         Err(e) => {
-            eprintln!("clawbed-emu: {e}");
+            emulator::report!("clawbed-emu: {e}");
             std::process::exit(e.exit_code());
         }
     }
@@ -93,7 +93,9 @@ fn run(cli: &Cli) -> Result<()> {
         Some(_) => match lock_memory() {
             Ok(()) => json!(true),
             Err(e) => {
-                eprintln!("clawbed-emu: warning: locking memory (mlockall): {e}; real-time threads may page-fault");
+                emulator::report!(
+                    "clawbed-emu: warning: locking memory (mlockall): {e}; real-time threads may page-fault"
+                );
                 json!(format!("refused: {e}"))
             }
         },
@@ -226,7 +228,9 @@ fn run(cli: &Cli) -> Result<()> {
         true => match CpuLatencyRequest::hold(0) {
             Ok(request) => (Some(request), json!(true)),
             Err(e) => {
-                eprintln!("clawbed-emu: warning: requesting 0 µs CPU wake-up latency (/dev/cpu_dma_latency): {e}");
+                emulator::report!(
+                    "clawbed-emu: warning: requesting 0 µs CPU wake-up latency (/dev/cpu_dma_latency): {e}"
+                );
                 (None, json!(format!("refused: {e}")))
             }
         },

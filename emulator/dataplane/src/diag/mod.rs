@@ -308,7 +308,7 @@ impl DiagServer {
         queue.subscribers.fetch_add(ptys, Ordering::Relaxed);
         if let Err(e) = watch(&self.epoll, queue.wake.as_raw_fd(), WAKE_TOKEN) {
             // Without the eventfd the thread still wakes every poll interval.
-            eprintln!("clawbed-emu: warning: watching the diag eventfd: {e}");
+            crate::report!("clawbed-emu: warning: watching the diag eventfd: {e}");
         }
         let mut events = sys::epoll_events(2 * n + 1);
         let mut line = Vec::with_capacity(4096);
