@@ -84,10 +84,13 @@ def realistic_trace(duration_ms: int = ONE_HOUR_MS, seed: int = 1, bandwidth_mhz
     rsrq = np.clip(np.round(linear_to_db(rsrq_linear(load, n_antennas)) * 2) / 2, -34.0, 3.0)  # 0.5 dB
     ul_capacity_bits = capacity_bits(np.clip(mcs.astype(int) - 4, 0, 20), _runs(rng, n, 50.0, np.arange(1, 26)), n_rb)
     core_delay_ms = _runs(rng, n, 10_000.0, np.arange(10.0, 40.0, 0.5))
+    # Radio-link outages: runs of ~0.3 s, about one subframe in twenty outside coverage.
+    outage = _runs(rng, n, 300.0, np.array([0] * 19 + [1])).astype(np.uint8)
 
     return make_trace(md, mcs=mcs, other_rbs=other_rbs, other_users=other_users, **error_column,
                       layers=layers, rsrp_dbm=rsrp, own_rbs=own_rbs, own_tbs_bits=own_tbs_bits,
-                      rsrq_db=rsrq, ul_capacity_bits=ul_capacity_bits, core_delay_ms=core_delay_ms)
+                      rsrq_db=rsrq, ul_capacity_bits=ul_capacity_bits, core_delay_ms=core_delay_ms,
+                      outage=outage)
 
 
 def rust_summary(path: Path) -> dict[str, Any]:
