@@ -186,6 +186,11 @@ class Emulator:
             raise EmulatorError(f"clawbed-emu refused the seek to trace time {trace_ms} ms ({rejected})."
                                 f"{self._stderr_tail()}")
 
+    def flush_records(self) -> None:
+        """Ask the recorder to write the ground truth and packet log it holds now (SIGRTMIN)
+        instead of at the next full one-second chunk; returns at once."""
+        self._signal(signal.SIGRTMIN)
+
     def interrupt(self) -> None:
         """Send SIGINT, as a Ctrl-C would; :meth:`stop` then waits for the clean exit."""
         self._signal(signal.SIGINT)

@@ -81,8 +81,13 @@ HTTP_VERSIONS = ("2", "1.1")
 #: (spec: "Client receive window").
 UE_TCP_RMEM_BYTES = rmem.UNCAPPED
 #: How long to wait for the emulator's files to cover a load's end (the truth is written in
-#: 1 s chunks, the diag file flushed every 100 ms), s.
+#: 1 s chunks, or at once when asked, the diag file flushed every 100 ms), s.
 FILES_CATCH_UP_S = 2.0
+#: How often a replay looks for the load's end in the truth file, and asks the emulator again
+#: to write what it holds (the subframes of the load's last ms may not have reached the
+#: recorder at the first request), s.
+FILES_POLL_S = 0.02
+FLUSH_AGAIN_S = 0.1
 #: Ground-truth columns kept per load (UE 0's are prefixed ``ues[0].`` in the file).
 CELL_TRUTH_COLUMNS = ("n_rb", "total_alloc_rbs", "other_alloc_rbs", "other_demand_rbs")
 UE_TRUTH_COLUMNS = ("alloc_rbs", "demand_rbs", "mcs", "tbs_bits", "queue_bytes", "delivered_bytes",
@@ -261,7 +266,7 @@ class DiagTail:
             last_t = self._read_into(kept, t0_unix_s, t1_unix_s)
             if last_t >= t1_unix_s or time.monotonic() > deadline:
                 return kept
-            time.sleep(0.1)
+            time.sleep(FILES_POLL_S)
 
     def _read_into(self, kept: list[bytes], t0: float, t1: float) -> float:
         """Append the new complete lines within [t0, t1] to ``kept``; the last timestamp read."""
@@ -285,9 +290,12 @@ class DiagTail:
         return last_t
 
 
-def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float) -> list[list[Any]]:
-    """Ground-truth rows (UE 0) within [t0, t1] Unix s, waiting for the chunk that covers t1."""
+def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float,
+                flush: Callable[[], None] | None = None) -> list[list[Any]]:
+    """Ground-truth rows (UE 0) within [t0, t1] Unix s, waiting for the chunk that covers t1;
+    ``flush`` asks the emulator to write what it holds (:meth:`Emulator.flush_records`)."""
     deadline = time.monotonic() + FILES_CATCH_UP_S
+    asked = -math.inf
     while True:
         try:
             truth = read_truth(truth_path)
@@ -295,9 +303,13 @@ def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float) ->
             truth = None
         # A run younger than one truth chunk (1 s) has a file with no rows, and no columns, yet.
         covered = truth is not None and truth.rows > 0 and origin_unix_s + truth["t_ms"][-1] / 1000 >= t1
-        if covered or time.monotonic() > deadline:
+        now = time.monotonic()
+        if covered or now > deadline:
             break
-        time.sleep(0.1)
+        if flush is not None and now - asked >= FLUSH_AGAIN_S:
+            flush()
+            asked = now
+        time.sleep(FILES_POLL_S)
     if truth is None or truth.rows == 0:
         return []
     t_unix = origin_unix_s + truth["t_ms"].astype(np.float64) / 1000.0
@@ -452,7 +464,7 @@ class Replay:
                 mark = time.monotonic()
                 try:
                     self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s,
-                                      client_log)
+                                      client_log, emu.flush_records)
                 except Exception as e:  # noqa: BLE001 - the load's result outlives a failure of its series
                     record.series_error = f"{type(e).__name__}: {e}"
                     self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
@@ -644,7 +656,8 @@ class Replay:
                                               f"{type(e).__name__}: {e}"))
 
     def _keep_series(self, record: LoadRecord, load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
-                     truth_path: Path, origin_unix_s: float, client_log: Path | None) -> None:
+                     truth_path: Path, origin_unix_s: float, client_log: Path | None,
+                     flush: Callable[[], None] | None = None) -> None:
         """Write the load's TCP samples, ground truth, diag feed and CLAW estimates; fill in
         the record's flow and retransmission counts."""
         write_csv(load_dir / "tcp.csv", SAMPLE_COLUMNS, rows)
@@ -662,7 +675,7 @@ class Replay:
         t0, t1 = record.t_start_unix_s, record.t_end_unix_s
         if t0 is None or t1 is None:
             return
-        write_csv(load_dir / "truth.csv", TRUTH_CSV_COLUMNS, _truth_rows(truth_path, origin_unix_s, t0, t1))
+        write_csv(load_dir / "truth.csv", TRUTH_CSV_COLUMNS, _truth_rows(truth_path, origin_unix_s, t0, t1, flush))
         write_zstd_lines(load_dir / "diag.jsonl.zst", diag.take(t0, t1))
         if client_log is not None and client_log.exists():
             _slice_estimates(client_log, load_dir / "estimates.csv", t0, t1)

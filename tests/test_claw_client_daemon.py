@@ -183,6 +183,19 @@ def test_wireline_after_three_windows_limited_and_unused() -> None:
     assert not any(f.wireline for f in out.feedback if f.diag_time_ms < switched)
 
 
+def test_without_the_detector_a_wireline_bottleneck_is_never_reported_but_saturation_is() -> None:
+    """CLAW with its detector off (scheme claw-nodetect, the paper's Fig 14 baseline): the same
+    wireline evidence as above makes no verdict and no wireline flag; hybrid mode stays."""
+    core = ClientCore(ClientConfig(ue_id=1, server="10.64.0.1:7070", bottleneck_detector=False))
+    out = drive(core, busy(0, 1200, total_alloc_rbs=1, own_rbs=1), limited=True)
+    assert out.feedback and not any(f.wireline for f in out.feedback)
+    assert [r.verdict for r in out.rows if r.verdict is not None] == []
+    assert core.detector_state == (Bottleneck.CELLULAR, False)
+    saturating = ClientCore(ClientConfig(ue_id=1, bottleneck_detector=False))
+    out = run_core(saturating, busy(0, 1000, total_alloc_rbs=50, own_rbs=2))
+    assert out.feedback[-1].saturated
+
+
 def test_cellular_when_the_flow_uses_what_was_available() -> None:
     core = ClientCore(ClientConfig(ue_id=1, server="s"))
     out = drive(core, busy(0, 1200, total_alloc_rbs=50, own_rbs=50), limited=True)

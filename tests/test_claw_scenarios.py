@@ -43,6 +43,7 @@ from clawbed.claw import bpfobjects
 from clawbed.claw.client.estimates import read_estimates
 from clawbed.claw.schemes import SchemeContext, UeEndpoint
 from clawbed.claw.schemes.claw import Claw
+from clawbed.claw.schemes.claw_nodetect import ClawNoDetector
 from clawbed.claw.server import loader
 from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, Applied, FlowFlag, FlowKey, FlowStats, Mode, Peer, addr_key
 from clawbed.emulator.process import BINARY, EmulatedCell
@@ -205,7 +206,8 @@ def bulk_flow(server_ns: Namespace, ue_ns: Namespace, server_addr: str, ue_addr:
     return run
 
 
-def start_claw(cell: EmulatedCell, out: Path, server_ns: Namespace, server_addr: str, server_dev: str) -> Claw:
+def start_claw(cell: EmulatedCell, out: Path, server_ns: Namespace, server_addr: str, server_dev: str,
+               scheme: Claw | None = None) -> Claw:
     """The claw scheme's server side in ``server_ns`` and its client on the UE; returns once
     the client's reports reach the CC's map (after a ping has woken the UE's radio)."""
     ue = cell.topo.ues[0]
@@ -214,7 +216,7 @@ def start_claw(cell: EmulatedCell, out: Path, server_ns: Namespace, server_addr:
                         [UeEndpoint(ue.ns, str(ue.address), 0, ue.tun, diag_port=cell.emulator.diag_port(0))],
                         client_args=["--n-antennas", str(N_ANTENNAS), "--n-rb", str(N_RB)])
     # Registered as claw_<run id> (scheme.server_cc): another run's claw does not collide.
-    scheme = Claw()
+    scheme = scheme if scheme is not None else Claw()
     scheme.setup(ctx)
     scheme.start_clients(ctx)
     # A connected UE, as a phone that is browsing: the analyzer starts on its first downlink
@@ -350,6 +352,32 @@ def wireline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         scheme.teardown()
         cell.stop()
     yield WirelineRun(request.param, flow, read_estimates(out / "claw-client-ue0.csv"))
+
+
+@pytest.fixture(scope="module")
+def wireline_nodetect(tmp_path_factory: pytest.TempPathFactory) -> WirelineRun:
+    """The router bottleneck of :func:`wireline` under claw-nodetect (the detector off)."""
+    out = tmp_path_factory.mktemp("claw-wireline-nodetect")
+    with EmulatedCell(1, out, ue={"trace": IDLE_TRACE}, mode="cell", cell=WIRELINE_CELL, topology=Topology) as cell:
+        server = cell.topo.add_server(Shaping(WIRED_RATE, latency_ms=WIRED_QUEUE_MS))
+        ue = cell.topo.ues[0]
+        scheme = start_claw(cell, out, server.ns, str(server.address), server.device, ClawNoDetector())
+        flow = bulk_flow(server.ns, ue.ns, str(server.address), str(ue.address), scheme.server_cc, WIRELINE_FLOW_S,
+                         scheme.bpffs.path)
+        scheme.teardown()
+        cell.stop()
+    return WirelineRun("router", flow, read_estimates(out / "claw-nodetect-client-ue0.csv"))
+
+
+def test_without_the_detector_the_server_never_leaves_w_claw_for_w_cubic(wireline_nodetect: WirelineRun) -> None:
+    est, flow = wireline_nodetect.estimates, wireline_nodetect.flow
+    reports = [s for s in flow.maps if s.peer is not None]
+    print(f"wireline without detector: {len(reports)} samples with a report, bottleneck column "
+          f"{sorted(set(est['bottleneck']))}, modes {sorted({s.peer.mode.name for s in reports if s.peer})}")
+    assert len(reports) >= 20, "the client's reports never reached the CC"
+    assert not np.any(est["bottleneck"] == "wireline")
+    assert not any(s.peer is not None and s.peer.mode == Mode.WIRELINE for s in flow.maps)
+    assert not any(s.stats.applied == Applied.WIRELINE for s in flow.maps)
 
 
 def test_wireline_bottleneck_is_detected_within_5_rtts_and_cwnd_follows_w_cubic(wireline: WirelineRun) -> None:

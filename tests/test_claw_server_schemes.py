@@ -36,18 +36,21 @@ def ctx(tmp_path: Path) -> SchemeContext:
                          agent_port=7070, feedback_period_ms=20, client_args=["--n-rb", "50"])
 
 
-def test_registry_has_the_six_schemes_with_their_ccs() -> None:
+def test_registry_has_the_seven_schemes_with_their_ccs() -> None:
     kernel = {name: cls.server_cc for name, cls in SCHEMES.items() if issubclass(cls, KernelScheme)}
     assert kernel == {"cubic": "cubic", "reno": "reno", "bbr": "bbr"}
     # vegas loads its own BPF CC too, named per run (vegas_<run id>): tests/test_vegas.py.
-    assert set(SCHEMES) - set(kernel) == {"claw", "cqic", "vegas"}
-    # claw and cqic load their own CC, named per run (claw_<run id>): known once set up.
+    assert set(SCHEMES) - set(kernel) == {"claw", "claw-nodetect", "cqic", "vegas"}
+    # claw and its variants load their own CC, named per run (claw_<run id>): known once set up.
     assert {name: cls.cc_variant for name, cls in SCHEMES.items() if issubclass(cls, Claw)} == {
-        "claw": "claw", "cqic": "cqic"}
+        "claw": "claw", "claw-nodetect": "claw", "cqic": "cqic"}
+    # Each has a bpffs of its own, so that the variants could share a run.
+    roles = [cls.bpffs_role for cls in SCHEMES.values() if issubclass(cls, Claw)]
+    assert len(set(roles)) == len(roles)
     with pytest.raises(RuntimeError, match=r"named per run \(claw_<run id>\); set the scheme up first"):
         _ = get_scheme("claw")().server_cc
     assert all(cls.description for cls in SCHEMES.values())
-    with pytest.raises(InputError, match="unknown scheme 'westwood'; known: bbr, claw, cqic, cubic, reno, vegas"):
+    with pytest.raises(InputError, match="unknown scheme 'westwood'; known: bbr, claw, claw-nodetect, cqic, cubic, reno, vegas"):
         get_scheme("westwood")
 
 
@@ -56,8 +59,10 @@ def test_kernel_schemes_start_nothing_on_the_ues(tmp_path: Path) -> None:
         assert get_scheme(name)().client_agents(ctx(tmp_path)) == []
 
 
-@pytest.mark.parametrize("name,variant", [("claw", "claw"), ("cqic", "cqic")])
-def test_claw_clients_get_the_agent_key_diag_port_and_marking_device(tmp_path: Path, name: str, variant: str) -> None:
+@pytest.mark.parametrize("name,variant,flags", [("claw", "claw", []), ("cqic", "cqic", []),
+                                                ("claw-nodetect", "claw", ["--no-bottleneck-detector"])])
+def test_claw_clients_get_the_agent_key_diag_port_and_marking_device(tmp_path: Path, name: str, variant: str,
+                                                                     flags: list[str]) -> None:
     scheme = get_scheme(name)()
     assert isinstance(scheme, Claw)
     scheme.key_path = ensure_key(tmp_path / "claw-key")
@@ -75,6 +80,7 @@ def test_claw_clients_get_the_agent_key_diag_port_and_marking_device(tmp_path: P
     assert opt("--mark-dev") == "cbab12t0" and opt("--run-id") == "ab12" and opt("--run-dir") == str(tmp_path)
     assert opt("--diag-port") == "5775" and argv[-2:] == ["--n-rb", "50"]
     assert "--diag-port" not in agents[1].argv and opt("--ue-id", agents[1].argv) == "1"
+    assert [a for a in argv if a == "--no-bottleneck-detector"] == flags
 
 
 def test_key_is_made_once_private_and_32_bytes(tmp_path: Path) -> None:

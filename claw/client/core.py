@@ -91,6 +91,9 @@ class ClientConfig:
     #: The cell's N_rb; None: from the first measurement's RSRQ, RSRP and RSSI (Eq. 1).
     n_rb: int | None = None
     variant: Variant = Variant.CLAW
+    #: Whether CLAW's wireline-bottleneck detector runs (§4.4). Off: the paper's "CLAW without
+    #: detector" of Fig 14, which keeps W_claw and hybrid mode behind a wireline bottleneck.
+    bottleneck_detector: bool = True
     #: Feedback period, ms of diag time (1: every subframe).
     feedback_period_ms: int = 100
     #: Without a scheduled subframe for this long, the radio counts as idle, ms.
@@ -241,9 +244,14 @@ class ClientCore:
                                      idle_timeout_ms=self.config.idle_timeout_ms, clamp=self.config.clamp)
 
     @property
-    def uses_detector(self) -> bool:
-        """CQIC has no bottleneck detector and no hybrid mode."""
+    def uses_hybrid(self) -> bool:
+        """CQIC has no hybrid (saturated-cell) mode."""
         return self.config.variant is Variant.CLAW
+
+    @property
+    def uses_detector(self) -> bool:
+        """CQIC has no bottleneck detector; CLAW's can be switched off."""
+        return self.config.variant is Variant.CLAW and self.config.bottleneck_detector
 
     @property
     def window_ms(self) -> int:
@@ -370,7 +378,7 @@ class ClientCore:
             if self._window_end_ms is None:
                 self._window_end_ms = t + window
             elif t >= self._window_end_ms:
-                if self.uses_detector:
+                if self.uses_hybrid:
                     self.saturation.observe(estimate.n_i_rbs, estimate.n_t_rbs)
                 self._window_end_ms = t + window
             self._scheduled.append(a.own_rbs_at(t) > 0)
@@ -475,7 +483,7 @@ class ClientCore:
     def _feedback(self, t_ms: int, estimate: Estimate) -> Feedback:
         state, degraded = self.detector_state
         wireline = self.uses_detector and (degraded or state is Bottleneck.WIRELINE)
-        saturated = self.uses_detector and self.saturation.saturated
+        saturated = self.uses_hybrid and self.saturation.saturated
         feedback = Feedback(
             ue_id=self.config.ue_id, seq=self._seq, diag_time_ms=t_ms, w_claw_bytes=estimate.w_claw_bytes,
             load=estimate.load, n_f_rbs=min(int(estimate.n_f_rbs + 0.5), estimate.n_t_rbs),

@@ -435,6 +435,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="feedback period, ms of diag time, 1 (every subframe) .. 10000 (default 100)")
     p.add_argument("--variant", choices=[v.value for v in Variant], default=Variant.CLAW.value,
                    help="claw (own + idle RBs) or cqic (own RBs only, no detector) (default claw)")
+    p.add_argument("--no-bottleneck-detector", dest="bottleneck_detector", action="store_false",
+                   help="never report a wireline bottleneck (CLAW without its detector, as in the paper's Fig 14; "
+                        "hybrid mode stays)")
     p.add_argument("--n-antennas", type=int, choices=[1, 2], default=2,
                    help="the cell's transmit antennas, from its configuration (default 2)")
     p.add_argument("--n-rb", type=int, choices=sorted(VALID_N_RB),
@@ -496,7 +499,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--key-file: {e}")
     first_seq = time.time_ns() // 1_000_000 & 0xFFFFFFFF
     client = ClientConfig(ue_id=args.ue_id, n_antennas=args.n_antennas, n_rb=args.n_rb, variant=Variant(args.variant),
-                          feedback_period_ms=args.period_ms, idle_timeout_ms=args.idle_timeout_ms,
+                          bottleneck_detector=args.bottleneck_detector, feedback_period_ms=args.period_ms,
+                          idle_timeout_ms=args.idle_timeout_ms,
                           server=f"{server[0]}:{server[1]}", first_seq=first_seq, clamp=args.clamp)
     return DaemonConfig(client=client, server=server, key=key, diag_port=args.diag_port, netns=args.netns,
                         log_path=args.log, log_period_ms=args.log_period_ms, connect_timeout_s=args.connect_timeout_s,

@@ -55,6 +55,11 @@ class Claw(Scheme):
     cc_variant = "claw"
     #: ``--variant`` of the client.
     client_variant = "claw"
+    #: Further client flags that make this variant.
+    client_flags: tuple[str, ...] = ()
+    #: The role in the names of this scheme's bpffs (``cb<run id><role><instance>``): one per
+    #: scheme, so that CLAW variants can share a run.
+    bpffs_role = "bp"
 
     def __init__(self) -> None:
         super().__init__()
@@ -72,9 +77,9 @@ class Claw(Scheme):
 
     def _setup_server(self, ctx: SchemeContext) -> None:
         res = ctx.resources
-        # Named for the run and instance (cb<run id>bp<instance> / …bq…), one per scheme so
-        # that claw and cqic could share a run, and per instance so that other UEs can too.
-        role = ("bp" if self.name == "claw" else "bq") + ctx.instance
+        # Named for the run and instance, one per scheme so that claw and its variants could
+        # share a run, and per instance so that other UEs can too.
+        role = self.bpffs_role + ctx.instance
         bpffs = BpffsMount(ctx.run_dir / res.name(role), res.name(role), ledger=res.ledger)
         self.stack.callback(bpffs.close)
         self.bpffs = bpffs
@@ -149,7 +154,7 @@ class Claw(Scheme):
                     "--ue-id", str(ue.index), "--netns", ue.ns.name,
                     "--server", f"{ctx.server_address}:{ctx.agent_port}",
                     "--key-file", str(self.key_path), "--period-ms", str(ctx.feedback_period_ms),
-                    "--variant", self.client_variant,
+                    "--variant", self.client_variant, *self.client_flags,
                     "--mark-dev", ue.device, "--run-id", ctx.resources.run_id, "--run-dir", str(ctx.run_dir),
                     "--ledger", str(ctx.resources.ledger.path),
                     "--log", str(self.client_log(ctx, ue))]

@@ -15,3 +15,4 @@ class Cqic(Claw):
     description = "CQIC: W_claw from the UE's own resource blocks only; no hybrid mode, no bottleneck detector"
     cc_variant = "cqic"
     client_variant = "cqic"
+    bpffs_role = "bq"

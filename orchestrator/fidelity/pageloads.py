@@ -350,10 +350,17 @@ def claw_wireline(ctx: RowContext) -> Outcome:
     out.checks.append(Check("CLAW (with detector) ≤ Cubic", f"{fmt(k, 's', 2)} vs {fmt(c, 's', 2)}", "CLAW ≤ Cubic (±5 %)",
                             k <= 1.05 * c if _by(pl, "cubic") and _by(pl, "claw") else None))
     nd = presence("claw-nodetect")
-    out.checks.append(Check("CLAW with vs without detector", "–", "10–30 % faster with it", None,
-                            nd.reason() if not nd.present else "variant not in the matrix"))
+    n = mean(_by(pl, "claw-nodetect"))
+    gain = 1 - k / n
+    out.checks.append(Check("CLAW with vs without detector", f"{fmt(k, 's', 2)} vs {fmt(n, 's', 2)} "
+                            f"({fmt(gain * 100)} % faster)", "10–30 % faster with it",
+                            0.10 <= gain <= 0.30 if _by(pl, "claw-nodetect") and _by(pl, "claw") else None,
+                            nd.reason() if not nd.present else "no loads without the detector"))
+    out.checks.append(Check("CLAW without detector vs Cubic", f"{fmt(n, 's', 2)} vs {fmt(c, 's', 2)}", "within ±15 %",
+                            abs(n / c - 1) <= 0.15 if _by(pl, "claw-nodetect") and _by(pl, "cubic") else None,
+                            nd.reason() if not nd.present else "no loads without the detector"))
     _bar_figure(ctx, pl, "PLT behind a wireline bottleneck")
-    out.testbed = f"CLAW {fmt(k, 's', 2)}, Cubic {fmt(c, 's', 2)}"
+    out.testbed = f"CLAW {fmt(k, 's', 2)}, without detector {fmt(n, 's', 2)}, Cubic {fmt(c, 's', 2)}"
     return out
 
 

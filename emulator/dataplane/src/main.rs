@@ -182,8 +182,9 @@ fn run(cli: &Cli) -> Result<()> {
     let queue = Arc::clone(&diag_queue);
     let diag_thread = spawn(plain("cb-diag", &affinity.diag), move || diag_server.serve(queue, stats_period))?;
     let queues = Arc::clone(&record_queues);
+    let flush = signals.flush_flag();
     let record_thread =
-        spawn(plain("cb-record", &affinity.record), move || records::record(queues, truth_out, packets_out))?;
+        spawn(plain("cb-record", &affinity.record), move || records::record(queues, truth_out, packets_out, &flush))?;
     let stop = Arc::clone(&stop_reading);
     let reader_thread = spawn(plain("cb-io", &affinity.io), move || reader.run(&stop))?;
     let writer =

@@ -602,12 +602,15 @@ impl PacketColumns {
 }
 
 /// Writes what the queues bring until they are closed and drained (the cell thread and
-/// the writer ended), then the last partial chunks. A write error stops writing (counted in
-/// `write_error`) but the thread keeps draining so its producers never find a full queue.
+/// the writer ended), then the last partial chunks. When `flush` is set (SIGRTMIN), the
+/// partial chunks are written after the next drain, and the flag cleared. A write error
+/// stops writing (counted in `write_error`) but the thread keeps draining so its producers
+/// never find a full queue.
 pub fn record<T: Serialize>(
     queues: Arc<RecordQueues<T>>,
     mut truth_out: ChunkWriter,
     mut packets_out: ChunkWriter,
+    flush: &AtomicBool,
 ) -> RecordCounters {
     let mut counters = RecordCounters::default();
     let mut truth = TruthColumns::new();
@@ -666,6 +669,12 @@ pub fn record<T: Serialize>(
         }
         if done {
             break;
+        }
+        if flush.swap(false, Ordering::SeqCst) {
+            let rows = truth.rows();
+            write(&mut truth_out, truth.take(), rows, &mut counters, true);
+            let rows = packets.rows();
+            write(&mut packets_out, packets.take(), rows, &mut counters, false);
         }
         std::thread::sleep(RECORD_POLL);
     }
@@ -754,6 +763,40 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_writes_the_partial_chunk_at_once() {
+        let dir = std::env::temp_dir().join(format!("cbdp-flush-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (t, p) = create_files(&dir, &json!({"origin_unix_ns": 1})).expect("files");
+        let queues = Arc::new(RecordQueues::new());
+        let flush = Arc::new(AtomicBool::new(false));
+        let recorder = {
+            let (queues, flush) = (Arc::clone(&queues), Arc::clone(&flush));
+            std::thread::spawn(move || record(queues, t, p, &flush))
+        };
+        for k in 0..300u64 {
+            let row = SubframeRecord { t_ms: k, wake_lateness_ns: 0, truth: json!({"t_ms": k}), drops: Vec::new() };
+            queues.subframes.push(row).map_err(|_| "full").expect("room");
+        }
+        flush.store(true, Ordering::SeqCst);
+        // 300 rows, a third of a chunk: on disk once the recorder took the flag.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let chunks = loop {
+            let (_, chunks) = crate::columnar::tests::read(&std::fs::read(dir.join("truth.cbcol")).expect("read"));
+            if !chunks.is_empty() || std::time::Instant::now() > deadline {
+                break chunks;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks[0][0].2.len(), 300 * 8, "t_ms of rows 0..300");
+        assert!(!flush.load(Ordering::SeqCst), "the flag is taken");
+        queues.close();
+        let c = recorder.join().expect("recorder");
+        assert_eq!((c.truth_rows, c.truth_chunks), (300, 1));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
     fn truth_and_packets_chunks() {
         let dir = std::env::temp_dir().join(format!("cbdp-rec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
@@ -761,7 +804,7 @@ mod tests {
         let queues = Arc::new(RecordQueues::new());
         let recorder = {
             let queues = Arc::clone(&queues);
-            std::thread::spawn(move || record(queues, t, p))
+            std::thread::spawn(move || record(queues, t, p, &AtomicBool::new(false)))
         };
         let drop = PacketRecord {
             actual_ns: 5_000,

@@ -1,5 +1,8 @@
 //! Signals: SIGINT/SIGTERM stop the emulator cleanly, SIGUSR1 pauses it, SIGUSR2 resumes,
-//! SIGHUP seeks the traces to the time in the output directory's `seek` file.
+//! SIGHUP seeks the traces to the time in the output directory's `seek` file, and the first
+//! real-time signal (SIGRTMIN, 34 on Linux with glibc) makes the recorder write what it holds
+//! at once instead of at the next full chunk (a replay asks for it at each load's end, so
+//! the load's ground truth is on disk within tens of ms instead of up to a second later).
 //!
 //! Handlers only set flags (async-signal-safe); the cell thread looks at them every loop.
 //! A repeated SIGINT/SIGTERM changes nothing: `timeout`, a terminal's Ctrl-C or a
@@ -21,6 +24,7 @@ pub struct Signals {
     pause: Arc<AtomicBool>,
     resume: Arc<AtomicBool>,
     seek: Arc<AtomicBool>,
+    flush: Arc<AtomicBool>,
 }
 
 impl Signals {
@@ -37,12 +41,20 @@ impl Signals {
             .context(|| "installing the SIGUSR2 handler".into())?;
         signal_hook::flag::register(SIGHUP, Arc::clone(&signals.seek))
             .context(|| "installing the SIGHUP handler".into())?;
+        signal_hook::flag::register(libc::SIGRTMIN(), Arc::clone(&signals.flush))
+            .context(|| "installing the SIGRTMIN (flush the records) handler".into())?;
         Ok(signals)
     }
 
     /// Flags no signal sets (for tests, and the base of [`Signals::install`]).
     pub fn unregistered() -> Signals {
-        Signals { stop: Arc::default(), pause: Arc::default(), resume: Arc::default(), seek: Arc::default() }
+        Signals {
+            stop: Arc::default(),
+            pause: Arc::default(),
+            resume: Arc::default(),
+            seek: Arc::default(),
+            flush: Arc::default(),
+        }
     }
 
     /// Whether a stop was asked for.
@@ -58,6 +70,11 @@ impl Signals {
     /// Whether a resume was asked for since the last call.
     pub fn take_resume(&self) -> bool {
         self.resume.swap(false, Ordering::Relaxed)
+    }
+
+    /// The flag SIGRTMIN sets: the recorder takes it ([`crate::records::record`]).
+    pub fn flush_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.flush)
     }
 
     /// Whether a seek was asked for since the last call.
