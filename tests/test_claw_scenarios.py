@@ -373,7 +373,7 @@ def test_without_the_detector_the_server_never_leaves_w_claw_for_w_cubic(wirelin
     est, flow = wireline_nodetect.estimates, wireline_nodetect.flow
     reports = [s for s in flow.maps if s.peer is not None]
     print(f"wireline without detector: {len(reports)} samples with a report, bottleneck column "
-          f"{sorted(set(est['bottleneck']))}, modes {sorted({s.peer.mode.name for s in reports if s.peer})}")
+          f"{sorted(set(est['bottleneck']))}, modes {sorted({Mode(s.peer.mode).name for s in reports if s.peer})}")
     assert len(reports) >= 20, "the client's reports never reached the CC"
     assert not np.any(est["bottleneck"] == "wireline")
     assert not any(s.peer is not None and s.peer.mode == Mode.WIRELINE for s in flow.maps)
