@@ -226,12 +226,13 @@ class OwnedProcess:
 
     def __init__(self, argv: Sequence[str], *, name: str, log_path: Path | None = None,
                  stdout: int | None = None, env: dict[str, str] | None = None,
-                 interactive: bool = False) -> None:
+                 interactive: bool = False, stdin: int | None = None) -> None:
         """``interactive``: the process uses this one's terminal (stdin, stdout, stderr) and
         stays in its session, so a Ctrl-C reaches both (a user's command or shell run inside
-        a namespace); it excludes ``log_path`` and ``stdout``."""
-        if interactive and (log_path or stdout is not None):
-            raise ValueError("an interactive process uses the terminal: no log_path or stdout")
+        a namespace); it excludes ``log_path``, ``stdout`` and ``stdin``. ``stdin``: e.g.
+        ``subprocess.PIPE`` for a worker that takes requests (default: nothing to read)."""
+        if interactive and (log_path or stdout is not None or stdin is not None):
+            raise ValueError("an interactive process uses the terminal: no log_path, stdout or stdin")
         self.name = name
         self.argv = list(argv)
         self._log = log_path.open("ab") if log_path else None
@@ -241,7 +242,7 @@ class OwnedProcess:
                 self.argv,
                 stdout=None if interactive else (stdout if stdout is not None else quiet),
                 stderr=None if interactive else quiet,
-                stdin=None if interactive else subprocess.DEVNULL,
+                stdin=None if interactive else (stdin if stdin is not None else subprocess.DEVNULL),
                 env=env,
                 # Own process group: a Ctrl-C on the terminal reaches only us, and we stop it in order.
                 start_new_session=not interactive,

@@ -362,6 +362,8 @@ class Replay:
         self.emulator_pid: int | None = None
         #: Loads run again because the emulator fell behind during them.
         self.late_reruns = 0
+        #: The run's loader process, once the web server is up.
+        self._loader: loaders.LoaderWorker | None = None
 
     def run(self) -> list[LoadRecord]:
         """Run every load; return their records (also in ``results.jsonl``). On Ctrl-C or
@@ -438,6 +440,12 @@ class Replay:
             res.callback(lambda: self.run_dir.write_manifest(server_capture=capture.stop()))
         sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s).open()
         res.callback(sampler.close)
+        # One loader process answers the run's loads (each still has a browser or client of
+        # its own): started now, its start-up is no load's.
+        self._loader = loaders.LoaderWorker(res, ue.ns, cfg.loader, http1=cfg.http_version == "1.1",
+                                            access=self.access, log_dir=self.run_dir.path)
+        res.callback(self._loader.close)
+        self._loader.start()
         diag = DiagTail(emu.diag_path(0))
         endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
         client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
@@ -609,8 +617,8 @@ class Replay:
             steal_before, pressure_before = cpu_ticks(), cpu_pressure_us()
             self.on_event(ReplayEvent("loader-start", len(self.config.plan()), load=index, scheme=scheme_name))
             record.t_start_unix_s = time.time()
-            result = loaders.run_load(ctx.resources, ue.ns, url, loader=cfg.loader, timeout_s=cfg.load_timeout_s,
-                                      http1=cfg.http_version == "1.1", log_dir=load_dir, access=self.access)
+            assert self._loader is not None
+            result = self._loader.load(url, cfg.load_timeout_s)
             record.t_end_unix_s = time.time()
             lap("loader")
             record.overhead_ms["loader"] = round(record.overhead_ms["loader"] - (result.plt_ms or 0.0), 1)

@@ -40,8 +40,8 @@ CERT_DAYS = 30
 #: Access-log line: time (epoch s, ms resolution), request time (s), status, body bytes,
 #: total bytes sent, protocol, scheme, host, server port, URI. One record per request.
 _LOG_FORMAT = ('$msec $request_time $status $body_bytes_sent $bytes_sent $server_protocol $scheme $host '
-               '$server_port "$request_uri"')
-_LOG_LINE = re.compile(r'^(\S+) (\S+) (\d+) (\d+) (\d+) (\S+) (\S+) (\S+) (\d+) "(.*)"$')
+               '$server_port $connection "$request_uri"')
+_LOG_LINE = re.compile(r'^(\S+) (\S+) (\d+) (\d+) (\d+) (\S+) (\S+) (\S+) (\d+) (\d+) "(.*)"$')
 
 _MIME_TYPES = {
     "text/html": "html htm",
@@ -68,6 +68,7 @@ class AccessRecord:
     scheme: str = "https"
     host: str = ""  # the request's host name (lower case)
     port: int = 443  # the server port it came to
+    connection: int = 0  # nginx's serial number of the connection it came over
 
     @property
     def url(self) -> str:
@@ -84,7 +85,7 @@ def read_access_log(path: Path) -> list[AccessRecord]:
         m = _LOG_LINE.match(line)
         if m:
             records.append(AccessRecord(float(m[1]), float(m[2]), int(m[3]), int(m[4]), int(m[5]), m[6],
-                                        m[10], m[7], m[8], int(m[9])))
+                                        m[11], m[7], m[8], int(m[9]), int(m[10])))
     return records
 
 

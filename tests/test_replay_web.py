@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from clawbed.netns import Endpoint, ResourceError, Resources, new_run_id
-from clawbed.replay.loaders import LoadResult, run_load
+from clawbed.replay.loaders import LoaderWorker, LoadResult, run_load
 from clawbed.replay.pages import Page, get_page
 from clawbed.replay.webserver import WebServer
 
@@ -64,6 +67,39 @@ def test_h2_page_loads_completely_with_both_loaders(pair, tmp_path: Path) -> Non
     nginx_pid = web.proc.pid
     web.close()
     assert ns_pids(srv.name) == [] and not Path(f"/proc/{nginx_pid}").exists()
+
+
+def test_a_worker_answers_many_loads_each_on_connections_of_its_own(pair, tmp_path: Path) -> None:
+    """A run's loader process (--serve) answers load after load; nginx's connection serial
+    numbers show that no load reuses another's connection. A worker killed between loads is
+    replaced by the next load, and a failed load leaves it serving."""
+    res, ue, srv = pair
+    page = get_page("set-03")
+    page.materialize(tmp_path / "site")
+    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR)
+    url = web.url(page.root.path)
+    for loader in ("browser", "h2"):
+        with LoaderWorker(res, ue, loader) as worker:
+            spans = []
+            for _ in range(3):
+                t0 = time.time()
+                assert_complete(worker.load(url, 60), page, "h2")
+                spans.append((t0, time.time()))
+            assert worker.started == 1
+            served = web.requests()
+            conns = [{r.connection for r in served if t0 <= r.time_s <= t1} for t0, t1 in spans]
+            assert all(conns), conns
+            assert sum(len(c) for c in conns) == len(set().union(*conns)), f"a connection served two loads: {conns}"
+            missing = worker.load(web.url("/nothing.html"), 30)
+            assert not missing.ok and "404" in missing.error, missing.error
+            assert_complete(worker.load(url, 60), page, "h2")
+            assert worker.started == 1
+            assert worker._proc is not None
+            os.kill(worker._proc.pid, signal.SIGKILL)
+            worker._proc.popen.wait(timeout=10)
+            assert_complete(worker.load(url, 60), page, "h2")
+            assert worker.started == 2
+        assert ns_pids(ue.name) == []  # the worker (and every browser it started) is gone
 
 
 def test_http1_mode_negotiates_http11(pair, tmp_path: Path) -> None:

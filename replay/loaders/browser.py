@@ -1,23 +1,31 @@
 """Load a page in headless Chromium (Debian's, driven by Playwright) and print a LoadResult.
 
 Run inside the UE namespace: ``python -m clawbed.replay.loaders.browser URL [--timeout-s S]
-[--http1] [--resolve HOST=ADDRESS …] [--cert-spki HASH] [--ca-cert PEM]``. Every load is a
-fresh browser with a fresh profile and the memory cache disabled through CDP, so every object
-is fetched in full. PLT comes from the Navigation
-Timing Level 2 entry (loadEventEnd − startTime), objects from Resource Timing.
+[--http1] [--resolve HOST=ADDRESS …] [--cert-spki HASH] [--ca-cert PEM]``, or with ``--serve``
+instead of a URL to take one load request a line (``worker.py``) while Playwright's driver
+stays up. Every load is a fresh browser process with a fresh profile and the memory cache
+disabled through CDP, so every object is fetched in full and nothing (connections, caches,
+the browser's network-quality estimate) carries over between loads. PLT comes from the
+Navigation Timing Level 2 entry (loadEventEnd − startTime), objects from Resource Timing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import tempfile
 import time
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from clawbed.replay.loaders.access import parse_resolve
 from clawbed.replay.loaders.result import LoadResult, ObjectTiming
+from clawbed.replay.loaders.worker import serve
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Playwright
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -69,9 +77,10 @@ _COLLECT_JS = """() => {
 
 
 def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None = None,
-         spki_sha256: str | None = None) -> LoadResult:
-    """One cold load of ``url``; failures become ``ok=False`` with the reason. ``resolve``:
-    host names → the server's address; ``spki_sha256``: the server certificate's key."""
+         spki_sha256: str | None = None, pw: Playwright | None = None) -> LoadResult:
+    """One cold load of ``url`` in a browser started for it; failures become ``ok=False`` with
+    the reason. ``resolve``: host names → the server's address; ``spki_sha256``: the server
+    certificate's key; ``pw``: a running Playwright (a worker's), else one is started."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
@@ -79,7 +88,8 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
              + (["--disable-http2"] if http1 else []))
     notes: list[str] = []
     result = LoadResult(ok=False, loader="browser", url=url, notes=notes)
-    with tempfile.TemporaryDirectory(prefix="clawbed-chromium-") as profile, sync_playwright() as pw:
+    driver: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(pw) if pw else sync_playwright()
+    with tempfile.TemporaryDirectory(prefix="clawbed-chromium-") as profile, driver as pw:
         ctx = pw.chromium.launch_persistent_context(
             profile, executable_path=CHROMIUM, headless=True, args=flags,
             ignore_https_errors=not spki_sha256)
@@ -138,7 +148,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clawbed.replay.loaders.browser", description=__doc__)
-    parser.add_argument("url")
+    parser.add_argument("url", nargs="?", help="the page to load once (or --serve)")
+    parser.add_argument("--serve", action="store_true",
+                        help="take load requests on stdin, one JSON line each, until it ends (worker.py)")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="load timeout, seconds")
     parser.add_argument("--http1", action="store_true", help="disable HTTP/2 in the browser")
     parser.add_argument("--resolve", action="append", metavar="HOST=ADDRESS",
@@ -146,10 +158,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cert-spki", help="accept only the certificate with this key (base64 SHA-256 of its SPKI)")
     parser.add_argument("--ca-cert", help="the server's CA (the h2 loader verifies with it; unused here)")
     args = parser.parse_args(argv)
+    if (args.url is None) == (not args.serve):
+        parser.error("give a URL or --serve, not both")
     signal.signal(signal.SIGTERM, _stop)
+    resolve = parse_resolve(args.resolve)
+    if args.serve:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.cert_spki, pw=pw),
+                         "browser")
     started = time.monotonic()
     try:
-        result = load(args.url, args.timeout_s, args.http1, parse_resolve(args.resolve), args.cert_spki)
+        result = load(args.url, args.timeout_s, args.http1, resolve, args.cert_spki)
     except Exception as e:  # a worker always answers with one line, whatever broke
         result = LoadResult(ok=False, loader="browser", url=args.url,
                             error=f"browser loader failed after {time.monotonic() - started:.1f} s: "

@@ -1,7 +1,8 @@
 """Load a page with an HTTP/2 client (httpx) as a browser would fetch it; print a LoadResult.
 
 Run inside the UE namespace: ``python -m clawbed.replay.loaders.h2 URL [--timeout-s S]
-[--http1] [--resolve HOST=ADDRESS …] [--ca-cert PEM]``. The HTML is fetched first; every
+[--http1] [--resolve HOST=ADDRESS …] [--ca-cert PEM]`` (or ``--serve`` instead of a URL: one
+load request a line, ``worker.py``; each load has a client and connections of its own). The HTML is fetched first; every
 object's references (in HTML the resources its tags load — stylesheets, preloads, scripts,
 images, frames — and ``url()`` in its styles; CSS ``url()`` and ``@import``; path and URL
 literals of known file types in scripts) and a redirect's ``Location`` are requested as soon as
@@ -30,6 +31,7 @@ from urllib.parse import urljoin, urlsplit
 
 from clawbed.replay.loaders.access import parse_resolve
 from clawbed.replay.loaders.result import LoadResult, ObjectTiming, protocol_name
+from clawbed.replay.loaders.worker import serve
 
 if TYPE_CHECKING:
     import httpx
@@ -251,7 +253,9 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clawbed.replay.loaders.h2", description=__doc__)
-    parser.add_argument("url")
+    parser.add_argument("url", nargs="?", help="the page to load once (or --serve)")
+    parser.add_argument("--serve", action="store_true",
+                        help="take load requests on stdin, one JSON line each, until it ends (worker.py)")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="load timeout, seconds")
     parser.add_argument("--http1", action="store_true", help="use HTTP/1.1 (six connections) instead of HTTP/2")
     parser.add_argument("--resolve", action="append", metavar="HOST=ADDRESS",
@@ -259,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ca-cert", help="verify the server's certificate against this CA (PEM)")
     parser.add_argument("--cert-spki", help="the certificate's key (the browser pins it; unused here)")
     args = parser.parse_args(argv)
-    result = load(args.url, args.timeout_s, args.http1, parse_resolve(args.resolve), args.ca_cert)
+    if (args.url is None) == (not args.serve):
+        parser.error("give a URL or --serve, not both")
+    resolve = parse_resolve(args.resolve)
+    if args.serve:
+        return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.ca_cert), "h2")
+    result = load(args.url, args.timeout_s, args.http1, resolve, args.ca_cert)
     print(result.to_json(), flush=True)
     return 0 if result.ok else 1
 
