@@ -87,6 +87,29 @@ def render(results: dict[str, Any], console: Console) -> None:
     console.print(table)
 
 
+def render_change(previous: dict[str, Any], results: dict[str, Any], console: Console) -> None:
+    """The last run's figures (the file this one replaces) beside this run's, per loader: the
+    before/after of a change to the per-load path, on the same machine."""
+    before = {r["loader"]: r for r in previous.get("runs", [])}
+    table = TerminalTable(title=f"per-load overhead, mean ms: the previous run ({previous.get('date', '?')}, load "
+                                f"{previous.get('machine', {}).get('loadavg_1_5_15', '?')}) → this run")
+    table.add_column("phase")
+    runs = [r for r in results["runs"] if r["loader"] in before]
+    if not runs:
+        return
+    for run in runs:
+        table.add_column(run["loader"], justify="right")
+    for phase in (*PHASES, "total"):
+        cells = []
+        for run in runs:
+            old = before[run["loader"]].get("overhead_ms", {}).get(phase, {}).get("mean")
+            cells.append(f"{old:,.0f} → {run['overhead_ms'][phase]['mean']:,.0f}" if old is not None else "–")
+        table.add_row(phase if phase != "total" else "total beyond PLT", *cells)
+    table.add_row("loads per hour", *(f"{before[r['loader']].get('loads_per_hour')} → {r['loads_per_hour']}"
+                                      for r in runs))
+    console.print(table)
+
+
 @click.command()
 @click.option("--h2-runs", type=click.IntRange(min=1), default=4, show_default=True, help="rounds with the h2 loader")
 @click.option("--browser-runs", type=click.IntRange(min=0), default=2, show_default=True,
@@ -107,6 +130,12 @@ def main(h2_runs: int, browser_runs: int, output: Path) -> None:
     results = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": {**host_facts(), "kernel": platform.release()},
                "page": "set-01", "trace": TRACE.name, "runs": runs}
     render(results, console)
+    try:
+        previous = json.loads(output.read_text())
+    except (OSError, ValueError):
+        previous = None
+    if isinstance(previous, dict):
+        render_change(previous, results, console)
     output.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(output, "w") as f:
         json.dump(results, f, indent=1)

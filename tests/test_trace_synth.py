@@ -19,7 +19,7 @@ from clawbed.traces import channel
 from clawbed.traces.io import read_trace, write_trace
 from clawbed.traces.plot import plot_trace
 from clawbed.traces.schema import make_trace, new_metadata
-from clawbed.traces.stats import summarize
+from clawbed.traces.stats import capacities_mbps, summarize
 from clawbed.traces.synth import PRESETS, generate, synthesize
 from clawbed.traces.validate import validate_file
 
@@ -346,3 +346,16 @@ def test_cli_plot(tmp_path: Path) -> None:
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_calibration_presets_span_lte13s_measured_throughput() -> None:
+    """LTE13 Table 1 (large flows): DL p5/p50/p95 0.57/9.2/24.2 Mbit/s. The capacity a UE has
+    alone in the cell is an upper bound of what TCP gets (fidelity row LTE-2 measures that):
+    the typical preset's sits at the median band, the centre's and edge's beyond the tails."""
+    def alone_mbit_s(preset: str) -> np.ndarray:
+        alone, _ = capacities_mbps(synthesize(preset, 120_000, 1))
+        return alone[: len(alone) // 500 * 500].reshape(-1, 500).mean(axis=1)  # 500 ms bins, LTE13's method
+
+    assert 9.0 <= float(np.median(alone_mbit_s("typical"))) <= 13.0
+    assert float(np.percentile(alone_mbit_s("cell-centre"), 50)) >= 24.2
+    assert float(np.percentile(alone_mbit_s("cell-edge"), 50)) <= 2.1

@@ -61,11 +61,17 @@ def rtt_vs_inflight(ctx: RowContext) -> Outcome:
         cap = rate_bps(rate)
         with _rate_cell(ctx, f"bulk-{rate}", rate, p.get("queue_bytes", 3 * MIB), p.get("core_rtt_ms")) as cell:
             flow = cell.flow(p.get("cc", "cubic"), seconds=p["seconds"])
-        inflight, rtt = flow.inflight_bytes, flow.series("srtt_ms")
+        inflight_now, rtt, t = flow.inflight_bytes, flow.series("srtt_ms"), flow.t
+        # An RTT sample is of data sent one RTT before it: the queue that data met is what was
+        # in flight then. Paired with the in-flight at the sample's own time instead, a growing
+        # window reads as an RTT below in-flight/C (20 % low at 1.8 MB in flight, measured).
+        known = ~np.isnan(inflight_now) & ~np.isnan(t)
+        inflight = (np.interp(t - rtt / 1000, t[known], inflight_now[known], left=np.nan)
+                    if known.sum() >= 2 else np.full_like(rtt, np.nan))
         ok = ~np.isnan(inflight) & ~np.isnan(rtt) & (inflight > 0)
         base = float(np.nanmin(flow.series("min_rtt_ms")))
         first_loss = flow.first_loss_index()
-        max_before_loss = float(np.nanmax(inflight[:first_loss])) if first_loss else float("nan")
+        max_before_loss = float(np.nanmax(inflight_now[:first_loss])) if first_loss else float("nan")
         bins: dict[int, list[float]] = {}
         for x, y in zip(inflight[ok], rtt[ok]):
             bins.setdefault(int(x // bin_bytes), []).append(float(y))
@@ -81,6 +87,7 @@ def rtt_vs_inflight(ctx: RowContext) -> Outcome:
         out.metrics[rate] = {"base_rtt_ms": base, "max_inflight_before_loss_bytes": max_before_loss,
                              "bins": [{"inflight_bytes": a, "median_rtt_ms": b, "model_ms": c} for a, b, c in rows],
                              "fraction_of_bins_within_15pct": frac, "samples": int(ok.sum()),
+                             "pairing": "srtt at t against the bytes in flight at t - srtt (when the acked data left)",
                              "goodput_bps": flow.goodput_bps()}
         out.checks.append(Check(f"{rate}: median RTT per in-flight bin ≈ max(base, in-flight/C) ±15 %",
                                 f"{fmt(frac * 100)} % of {len(rows)} bins", "≥ 90 % of bins", frac >= 0.9 if rows else None,
@@ -88,9 +95,10 @@ def rtt_vs_inflight(ctx: RowContext) -> Outcome:
         out.checks.append(Check(f"{rate}: max in-flight before the first loss", fmt(max_before_loss / KB, "KB"),
                                 "≥ 1200 KB (buffer ≥ 1.2 MB)", max_before_loss >= 1200 * KB))
         if abs(cap - 8e6) < 1e5:
-            def at(x: float, rows: list[tuple[float, float, float]] = rows) -> float:
-                near = [m for mid, m, _ in rows if abs(mid - x) <= bin_bytes / 2]
-                return near[0] if near else float("nan")
+            def at(x: float, xs: np.ndarray = inflight[ok], ys: np.ndarray = rtt[ok]) -> float:
+                # The samples within a quarter bin of x, not the bin whose edge x is on.
+                near = ys[np.abs(xs - x) <= bin_bytes / 4]
+                return float(np.median(near)) if len(near) >= p.get("min_samples_per_bin", 5) else float("nan")
             r100, r200 = at(100 * KB), at(200 * KB)
             out.checks.append(Check("8 Mbit/s: median RTT at 100 KB in flight", fmt(r100, "ms"), "≥ 100 ms",
                                     r100 >= 100 if not np.isnan(r100) else None, "no samples near 100 KB"))
@@ -104,7 +112,8 @@ def rtt_vs_inflight(ctx: RowContext) -> Outcome:
                                  name=f"{rate} median per bin"))
         fig.add_trace(go.Scatter(x=[a / KB for a, _, _ in rows], y=[c for _, _, c in rows], mode="lines",
                                  line={"dash": "dash"}, name=f"{rate} max(base, in-flight/C)"))
-    fig.update_layout(title=f"{ctx.row.id}: server RTT (srtt) against bytes in flight", xaxis_title="in flight, KB",
+    fig.update_layout(title=f"{ctx.row.id}: server RTT (srtt) against the bytes in flight when the acked data was sent",
+                      xaxis_title="in flight one RTT earlier, KB",
                       yaxis_title="RTT, ms")
     save_figure(ctx, fig)
     out.testbed = "; ".join(testbed)
@@ -342,12 +351,27 @@ def web_sizes(n: int, seed: int) -> list[int]:
     return [int(x) for x in np.where(small, lo, hi)]
 
 
+def reordering(packets_path: Any, ue: int = 0) -> dict[str, float]:
+    """The ground truth on downlink order at ``ue``: of the packets delivered, the fraction
+    delivered after one that reached the base station later (a real reordering by the cell);
+    and the drops (buffer overflow, RLC residual loss) that leave the receiver a hole."""
+    log = read_packets(packets_path)
+    down = log.select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK, ue=ue, in_time_order=True)
+    arrival = down["t_arrival_us"]
+    inverted = int(np.sum(arrival[1:] < np.maximum.accumulate(arrival)[:-1])) if len(arrival) > 1 else 0
+    drops = {e.name.lower(): int(len(log.select(event=e, direction=Direction.DOWNLINK, ue=ue)["t_actual_us"]))
+             for e in (PacketEvent.DROP_OVERFLOW, PacketEvent.DROP_RLC)}
+    return {"delivered": float(len(arrival)), "reordered": float(inverted),
+            "reordered_fraction": inverted / max(len(arrival), 1), **{f"{k}_drops": float(v) for k, v in drops.items()}}
+
+
 def transport_loss(ctx: RowContext) -> Outcome:
     p, out = ctx.params, ctx.outcome
     trace = synth_trace(p["preset"], 120)
     with Cell(ctx, "web-and-bulk", ue={"trace": trace}) as cell:
         web = cell.flow("cubic", sizes=web_sizes(p["web_flows"], 1), gap_s=p.get("gap_s", 0.3))
         bulk = cell.flow("cubic", seconds=p["bulk_seconds"])
+    order = reordering(cell.packets_path)
     per_flow = [s["total_retrans"] / max(s.get("data_segs_out", 0), 1) for s in web.server if "total_retrans" in s]
     zero = sum(1 for s in web.server if s.get("total_retrans", 1) == 0) / max(len(web.server), 1)
     b = bulk.server[0] if bulk.server else {}
@@ -356,12 +380,23 @@ def transport_loss(ctx: RowContext) -> Outcome:
     segs_in = sum(c.get("data_segs_in", 0) for c in web.client + bulk.client)
     med = float(np.median(per_flow)) if per_flow else float("nan")
     out.metrics = {"web_flows": len(per_flow), "median_retrans_rate": med, "zero_retrans_fraction": zero,
-                   "bulk_retrans_rate": bulk_loss, "bulk_rto": b.get("total_rto"), "ooo_fraction": ooo / max(segs_in, 1)}
+                   "bulk_retrans_rate": bulk_loss, "bulk_rto": b.get("total_rto"), "ooo_fraction": ooo / max(segs_in, 1),
+                   "ground_truth_order": order}
+    drops = order["drop_overflow_drops"] + order["drop_rlc_drops"]
     out.checks += [
         Check("median per-flow retransmission rate", fmt(med * 100, "%", 3), "≤ 0.1 % (paper 0.06 %)", med <= 0.001),
         Check("flows with zero retransmissions", fmt(zero * 100, "%"), "≥ 30 % (paper 38.1 %)", zero >= 0.3),
         Check("bulk-run loss (retransmitted / sent bytes)", fmt(bulk_loss * 100, "%", 3), "< 1 %", bulk_loss < 0.01),
-        Check("out-of-order packets at the UE", fmt(ooo / max(segs_in, 1) * 100, "%", 3), "< 1 %", ooo / max(segs_in, 1) < 0.01),
+        # The cell's own reordering, from the packet log: RLC AM delivers in order, so any
+        # inversion would be a defect. The UE kernel's rcv_ooopack is not a reordering count:
+        # it counts every segment queued above a hole, i.e. everything that arrives between a
+        # drop and its retransmission (a whole queue's worth behind one overflow drop).
+        Check("reordered packets (ground truth: delivered after a later arrival)",
+              fmt(order["reordered_fraction"] * 100, "%", 3), "< 1 %", order["reordered_fraction"] < 0.01,
+              note=f"the UE's TCP queued {fmt(ooo / max(segs_in, 1) * 100, '%', 2)} of segments out of order "
+                   f"({ooo} of {segs_in}): those behind the {int(drops)} packets the cell dropped "
+                   f"({int(order['drop_overflow_drops'])} buffer overflows, {int(order['drop_rlc_drops'])} RLC losses) "
+                   f"until their retransmissions arrived"),
     ]
     # BLER sweep on a constant channel whose trace has no harq_fail column (the config's BLER applies).
     sweep: dict[str, dict[str, float]] = {}
@@ -398,7 +433,8 @@ def transport_loss(ctx: RowContext) -> Outcome:
                       xaxis_title="ms", barmode="overlay")
     save_figure(ctx, fig)
     out.testbed = (f"median flow retrans {fmt(med * 100, '%', 3)}, {fmt(zero * 100, '%')} flows without, bulk loss "
-                   f"{fmt(bulk_loss * 100, '%', 3)}, reordering {fmt(ooo / max(segs_in, 1) * 100, '%', 3)}")
+                   f"{fmt(bulk_loss * 100, '%', 3)}, reordering {fmt(order['reordered_fraction'] * 100, '%', 3)} "
+                   f"(UE TCP out-of-order queueing {fmt(ooo / max(segs_in, 1) * 100, '%', 2)}, behind drops)")
     return out
 
 
