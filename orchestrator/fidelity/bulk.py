@@ -327,7 +327,12 @@ def distributions(ctx: RowContext) -> Outcome:
         out.checks.append(Check("UL median / DL median", f"{ratio:.2f}", "0.25–0.45", 0.25 <= ratio <= 0.45))
     if hs_all:
         hp95 = pct(hs_all, 95)
-        out.checks.append(Check("handshake RTT p95", fmt(hp95, "ms"), "127–467 ms", 127 <= hp95 <= 467))
+        gap = p.get("handshake_gap_s", 0.3)
+        out.checks.append(Check("handshake RTT p95", fmt(hp95, "ms"), "127–467 ms", 127 <= hp95 <= 467,
+                                f"the handshakes are {gap:g} s apart, so none waits for an RRC promotion; LTE13's "
+                                f"p95 (467 ms) is about its promotion delay (median 435 ms), which flows starting "
+                                f"after more than the 10 s tail pay (LTE-3 measures it), and the share of such "
+                                f"flows is not given"))
     out.testbed = (f"{p['typical']} DL median {fmt(tdl, 'Mbit/s', 1)}, handshake median {fmt(ths, 'ms')}; pooled DL p5/p50/p95 "
                    f"{fmt(p5, digits=1)}/{fmt(pct(dl_all, 50) / 1e6, digits=1)}/{fmt(p95, digits=1)} Mbit/s"
                    + (f", UL median {fmt(pct(ul_all, 50) / 1e6, 'Mbit/s', 1)}" if ul_all else "")
@@ -412,18 +417,28 @@ def transport_loss(ctx: RowContext) -> Outcome:
                                                     f"{int(cap / 2)}bit", 1200, p["sweep_seconds"] / 2),
                                    timeout_s=p["sweep_seconds"] + 30)
             origin = read_truth(cell.truth_path).header["origin_unix_ns"] / 1e3
-        down = read_packets(cell.packets_path).select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK, ue=0)
+        packets = read_packets(cell.packets_path)
+        down = packets.select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK, ue=0)
+        air_drops = len(packets.select(event=PacketEvent.DROP_RLC, direction=Direction.DOWNLINK, ue=0)["bytes"])
+        overflow_drops = len(packets.select(event=PacketEvent.DROP_OVERFLOW, direction=Direction.DOWNLINK, ue=0)["bytes"])
         in_udp = down["t_arrival_us"] >= (t_udp * 1e6 - origin)
         owd = (down["t_actual_us"][in_udp] - down["t_arrival_us"][in_udp]) / 1000
         s = f.server[0] if f.server else {}
         sweep[str(bler)] = {"retrans_rate": s.get("bytes_retrans", 0) / max(s.get("bytes_sent", 1), 1),
+                            "air_loss_rate": air_drops / max(len(down["bytes"]) + air_drops, 1),
+                            "overflow_drops": overflow_drops, "air_drops": air_drops,
                             "owd_p50_ms": pct(owd, 50), "owd_p99_ms": pct(owd, 99),
                             "owd_share_over_8ms": float(np.mean(owd > pct(owd, 50) + 7)) if len(owd) else float("nan")}
         fig.add_trace(go.Histogram(x=owd.tolist(), name=f"BLER {bler}: one-way delay, ms", opacity=0.6))
     out.metrics["bler_sweep"] = sweep
     lo, hi = sweep[str(min(p["bler_sweep"]))], sweep[str(max(p["bler_sweep"]))]
-    out.checks.append(Check(f"air BLER {max(p['bler_sweep'])}: TCP loss ≈ 0",
-                            fmt(hi["retrans_rate"] * 100, "%", 3), "≤ 0.1 % retransmitted", hi["retrans_rate"] <= 0.001))
+    # A bulk Cubic flow overflows a drop-tail buffer whatever the air does: the air's share of
+    # the loss is the RLC's residual drops in the packet log, not every retransmission.
+    out.checks.append(Check(f"air BLER {max(p['bler_sweep'])}: TCP loss from the air ≈ 0 (RLC residual drops)",
+                            fmt(hi["air_loss_rate"] * 100, "%", 3), "≤ 0.1 % of packets", hi["air_loss_rate"] <= 0.001,
+                            f"retransmitted {fmt(hi['retrans_rate'] * 100, '%', 3)} of bytes (BLER "
+                            f"{min(p['bler_sweep'])}: {fmt(lo['retrans_rate'] * 100, '%', 3)}), behind "
+                            f"{hi['overflow_drops']} buffer overflow(s) and {hi['air_drops']} air loss(es)"))
     out.checks.append(Check(f"air BLER {max(p['bler_sweep'])}: delay up in 8 ms steps (paced flow, no queue)",
                             f"p99 {fmt(lo['owd_p99_ms'], digits=1)}→{fmt(hi['owd_p99_ms'], digits=1)} ms, "
                             f"{fmt(hi['owd_share_over_8ms'] * 100, '%', 1)} of packets ≥ 8 ms late",
@@ -501,6 +516,10 @@ def diag_fidelity(ctx: RowContext) -> Outcome:
 # -- rows whose mechanisms are being built: written against the expected interfaces -------------
 
 
+#: Pings above the tail needed before LTE-3 judges the promotion delay's quartiles.
+MIN_QUARTILE_SAMPLES = 20
+
+
 def rrc_promotion(ctx: RowContext) -> Outcome:
     """LTE-3: pings at intervals around the tail timer; promotion delay of the first packet."""
     p, out = ctx.params, ctx.outcome
@@ -517,19 +536,29 @@ def rrc_promotion(ctx: RowContext) -> Outcome:
             per[interval] = rtts
         bulk = cell.flow("cubic", seconds=p["bulk_seconds"])
         truth = read_truth(cell.truth_path)
-    base = min(min(v) for v in per.values() if v)
     tail_s = frag["cell"]["rrc"]["tail_ms"] / 1000
+    # The base is the median ping at the shortest interval (connected all along), not the
+    # fastest ping: every ping from a quiet UE waits for its scheduling request's slot and the
+    # grant (uplink MAC), a few ms that vary ping to ping at any interval and are not RRC's.
+    shortest = min(i for i, v in per.items() if v)
+    base = pct(per[shortest], 50)
     above = [r - base for i, v in per.items() if i > tail_s for r in v]
-    below = [r - base for i, v in per.items() if i < tail_s for r in v]
-    out.metrics = {"rtts_by_interval": {str(k): v for k, v in per.items()}, "base_ms": base}
+    below = {i: pct(v, 50) - base for i, v in per.items() if i < tail_s and i != shortest and v}
+    out.metrics = {"rtts_by_interval": {str(k): v for k, v in per.items()}, "base_ms": base,
+                   "base_interval_s": shortest}
     if above:
         q = [pct(above, x) for x in (25, 50, 75)]
-        out.checks.append(Check("extra first-packet delay above the tail (p25/p50/p75)", "/".join(fmt(x) for x in q) + " ms",
-                                "p50 435 ± 50, p25 ≈ 319, p75 ≈ 558 ms", abs(q[1] - 435) <= 50 and abs(q[0] - 319) <= 60
-                                and abs(q[2] - 558) <= 60))
+        out.checks.append(Check(f"extra first-packet delay above the tail, median ({len(above)} pings)", fmt(q[1], "ms"),
+                                "435 ± 50 ms", abs(q[1] - 435) <= 50))
+        enough = len(above) >= MIN_QUARTILE_SAMPLES
+        out.checks.append(Check("extra first-packet delay above the tail, p25 / p75", f"{fmt(q[0])} / {fmt(q[2])} ms",
+                                "≈ 319 / 558 ms (± 60)", abs(q[0] - 319) <= 60 and abs(q[2] - 558) <= 60 if enough else None,
+                                f"{len(above)} pings: quartiles need ≥ {MIN_QUARTILE_SAMPLES} (the full profile has "
+                                f"more)"))
     if below:
-        out.checks.append(Check("added delay below the tail (median)", fmt(pct(below, 50), "ms", 1), "≤ 1 ms",
-                                pct(below, 50) <= 1))
+        worst = max(below, key=lambda i: below[i])
+        out.checks.append(Check(f"added delay below the tail (median, vs {fmt(shortest, 's', 1)} pings)",
+                                f"{fmt(below[worst], 'ms', 1)} at {fmt(worst, 's', 1)}", "≤ 1 ms", below[worst] <= 1))
     t0 = int((bulk.t0 - truth.header["origin_unix_ns"] / 1e9) * 1000)
     states = truth.ue(0, "rrc")[t0:]
     promotions = int(np.sum(np.diff((np.asarray(states) != "connected").astype(int)) > 0)) if len(states) else 0
@@ -540,11 +569,15 @@ def rrc_promotion(ctx: RowContext) -> Outcome:
 
 def _capped(ctx: RowContext, name: str, rate: str, cap: int | str, core_rtt_ms: float, seconds: float,
             read_bps: float | None = None, trace: Any = None, drwa: bool = False,
-            queue_bytes: int = 8 * MIB) -> tuple[float, float, float, float]:
+            queue_bytes: int = 8 * MIB) -> tuple[float, float, float, float, float]:
     """(goodput bit/s, median RTT ms, cwnd spread, the UE's advertised window at the end of the
-    flow in bytes, from the server's TCP_INFO: the rwnd the cap gives) of a bulk flow with the UE's receive buffer
-    set by the replay's UE option (``replay/rmem.py``: a phone, ``PHONE:NETWORK`` or bytes) and,
-    with ``drwa``, DRWA on the UE (``replay/drwa.py``)."""
+    flow in bytes, from the server's TCP_INFO: the rwnd the cap gives, and the rate the window
+    allowed: the time mean of min(C, rwnd(t)/srtt(t)) over the flow's samples, bit/s) of a bulk
+    flow with the UE's receive buffer set by the replay's UE option (``replay/rmem.py``: a phone,
+    ``PHONE:NETWORK`` or bytes) and, with ``drwa``, DRWA on the UE (``replay/drwa.py``).
+
+    The window grows during the flow (the receiver's buffer autotuning), so the last window over
+    the median RTT overstates what the flow could move on average; the per-sample bound does not."""
     from clawbed.replay import rmem
 
     ue = {"trace": trace} if trace is not None else {"rate": rate}
@@ -564,7 +597,11 @@ def _capped(ctx: RowContext, name: str, rate: str, cap: int | str, core_rtt_ms: 
     cw = f.series("cwnd_bytes")
     tail = cw[len(cw) // 2:]
     rwnd = float(f.server[0].get("snd_wnd", np.nan)) if f.server else float("nan")
-    return f.goodput_bps(), pct(f.series("srtt_ms"), 50), float(np.nanstd(tail) / max(np.nanmean(tail), 1)), rwnd
+    cap_bps = rate_bps(rate) if trace is None else float("inf")
+    allowed = np.minimum(cap_bps, f.series("snd_wnd_bytes") * 8 / (f.series("srtt_ms") / 1000))
+    window_bps = float(np.nanmean(allowed)) if np.any(~np.isnan(allowed)) else float("nan")
+    return (f.goodput_bps(), pct(f.series("srtt_ms"), 50), float(np.nanstd(tail) / max(np.nanmean(tail), 1)), rwnd,
+            window_bps)
 
 
 def rwnd_throttle(ctx: RowContext) -> Outcome:
@@ -572,13 +609,15 @@ def rwnd_throttle(ctx: RowContext) -> Outcome:
     p, out = ctx.params, ctx.outcome
     cap = rate_bps(p["rate"])
     for rtt in p["core_rtts_ms"]:
-        g, r, _, rwnd = _capped(ctx, f"cap-{rtt}", p["rate"], p["rmem_max_bytes"], rtt, p["seconds"])
-        model = min(cap, rwnd * 8 / (r / 1000))
-        out.checks.append(Check(f"throughput ≈ min(C, rwnd/RTT) at core RTT {rtt} ms (rwnd {fmt(rwnd / KB, 'KB')} advertised)",
-                                fmt(g / 1e6, "Mbit/s", 2), f"{fmt(model / 1e6, 'Mbit/s', 2)} ±10 %", within(g, model, 0.10)))
-    fast, _, _, _ = _capped(ctx, "fast-reader", p["rate"], 4 * MIB, p["core_rtts_ms"][0], p["seconds"])
-    slow, _, _, _ = _capped(ctx, "slow-reader", p["rate"], p["rmem_max_bytes"], p["core_rtts_ms"][0], p["seconds"],
-                         read_bps=p["slow_read_bps"])
+        g, r, _, rwnd, model = _capped(ctx, f"cap-{rtt}", p["rate"], p["rmem_max_bytes"], rtt, p["seconds"])
+        out.checks.append(Check(f"throughput ≈ min(C, rwnd/RTT) at core RTT {rtt} ms (rwnd up to {fmt(rwnd / KB, 'KB')} "
+                                f"advertised)", fmt(g / 1e6, "Mbit/s", 2), f"{fmt(model / 1e6, 'Mbit/s', 2)} ±10 %",
+                                within(g, model, 0.10), "model: mean over the samples of min(C, rwnd(t)/srtt(t))"))
+        out.metrics[f"core_{rtt}ms"] = {"goodput_bps": g, "window_bound_bps": model, "final_rwnd_bytes": rwnd,
+                                        "last_window_over_median_rtt_bps": min(cap, rwnd * 8 / (r / 1000))}
+    fast, *_ = _capped(ctx, "fast-reader", p["rate"], 4 * MIB, p["core_rtts_ms"][0], p["seconds"])
+    slow, *_ = _capped(ctx, "slow-reader", p["rate"], p["rmem_max_bytes"], p["core_rtts_ms"][0], p["seconds"],
+                       read_bps=p["slow_read_bps"])
     out.checks.append(Check("slow reader: throughput drop", f"{fast / max(slow, 1):.1f}×", "≈ 10×", fast / max(slow, 1) >= 7))
     out.checks.append(Check("radio-on time = transfer + tail", "–", "RRC log", None, presence("rrc-lte").reason()
                             if not presence("rrc-lte").present else "radio-on time analysis pending"))
@@ -592,14 +631,19 @@ def flat_tcp(ctx: RowContext) -> Outcome:
     cap_bps = rate_bps(p["rate"])
     pts = []
     for c in p["caps"]:
-        g, r, spread, _ = _capped(ctx, f"cap-{c}", p["rate"], c, p["core_rtt_ms"], p["seconds"])
-        pts.append((c, g, r))
+        g, r, spread, rwnd, _ = _capped(ctx, f"cap-{c}", p["rate"], c, p["core_rtt_ms"], p["seconds"])
+        pts.append((c, g, r, rwnd))
         out.checks.append(Check(f"cap {c}: cwnd flat", f"spread {spread:.2f}", "< 0.1", spread < 0.1))
-        if c * 8 / cap_bps * 1000 > 2 * p["core_rtt_ms"]:
-            out.checks.append(Check(f"cap {c}: RTT ≈ cap/C", fmt(r, "ms"), f"{fmt(c * 8 / cap_bps * 1000, 'ms')} ±15 %",
-                                    within(r, c * 8 / cap_bps * 1000, 0.15)))
+        # The window a cap gives is what the receiver advertises, not the cap: Linux keeps part
+        # of the buffer for its own overhead (tcp_adv_win_scale, then the measured skb truesize
+        # ratio since 6.x), ~60 % here where the 2012 phones advertised ~75 %. RTT ≈ window/C.
+        if c * 8 / cap_bps * 1000 > 2 * p["core_rtt_ms"] and not np.isnan(rwnd):
+            model_ms = rwnd * 8 / cap_bps * 1000
+            out.checks.append(Check(f"cap {c}: RTT ≈ advertised window / C", fmt(r, "ms"),
+                                    f"{fmt(model_ms, 'ms')} ±15 % (window {fmt(rwnd / KB, 'KB')}, "
+                                    f"{fmt(rwnd / float(c) * 100)} % of the cap)", within(r, model_ms, 0.15)))
     out.metrics = {"points": pts}
-    out.testbed = "; ".join(f"{c}: {fmt(g / 1e6, 'Mbit/s', 2)}, {fmt(r, 'ms')}" for c, g, r in pts)
+    out.testbed = "; ".join(f"{c}: {fmt(g / 1e6, 'Mbit/s', 2)}, {fmt(r, 'ms')}" for c, g, r, _ in pts)
     return out
 
 
@@ -608,11 +652,10 @@ def long_path_caps(ctx: RowContext) -> Outcome:
     p, out = ctx.params, ctx.outcome
     res = {}
     for rtt in p["core_rtts_ms"]:
-        g_def, r_def, _, rwnd_def = _capped(ctx, f"def-{rtt}", p["rate"], p["default_cap"], rtt, p["seconds"])
-        g_big, _, _, _ = _capped(ctx, f"big-{rtt}", p["rate"], p["large_cap"], rtt, p["seconds"])
+        g_def, _, _, _, model = _capped(ctx, f"def-{rtt}", p["rate"], p["default_cap"], rtt, p["seconds"])
+        g_big, *_ = _capped(ctx, f"big-{rtt}", p["rate"], p["large_cap"], rtt, p["seconds"])
         gain = g_big / g_def - 1
         res[rtt] = gain
-        model = min(rate_bps(p["rate"]), rwnd_def * 8 / (r_def / 1000))
         out.checks.append(Check(f"core {rtt} ms: default-cap throughput ≈ cap/RTT", fmt(g_def / 1e6, "Mbit/s", 2),
                                 f"{fmt(model / 1e6, 'Mbit/s', 2)} ±10 %", within(g_def, model, 0.10)))
     lo, hi = min(res), max(res)
@@ -627,9 +670,9 @@ def drwa(ctx: RowContext) -> Outcome:
     """BB-6: a static cap vs DRWA (λ = 3, α = 7/8) on bloated buffers and on a BDP-sized one."""
     p, out = ctx.params, ctx.outcome
     for case in p["cases"]:
-        g0, r0, _, _ = _capped(ctx, f"{case['name']}-static", case["rate"], case["cap"], case["core_rtt_ms"], p["seconds"],
+        g0, r0, *_ = _capped(ctx, f"{case['name']}-static", case["rate"], case["cap"], case["core_rtt_ms"], p["seconds"],
                             queue_bytes=case["queue_bytes"])
-        g1, r1, _, _ = _capped(ctx, f"{case['name']}-drwa", case["rate"], case["cap"], case["core_rtt_ms"], p["seconds"],
+        g1, r1, *_ = _capped(ctx, f"{case['name']}-drwa", case["rate"], case["cap"], case["core_rtt_ms"], p["seconds"],
                             queue_bytes=case["queue_bytes"], drwa=True)
         dr, dg = r1 / r0 - 1, g1 / g0 - 1
         out.metrics[case["name"]] = {"static": {"goodput_bps": g0, "rtt_ms": r0}, "drwa": {"goodput_bps": g1, "rtt_ms": r1}}
@@ -705,23 +748,73 @@ def passive_bw(ctx: RowContext) -> Outcome:
     return out
 
 
+#: Linux's floor on the RTO's variance term (TCP_RTO_MIN), ms: RTO ≈ srtt + max(4·rttvar, 200).
+RTO_MIN_MS = 200.0
+#: TCP_CA_Loss in tcpi_ca_state: the sender is in RTO recovery.
+CA_LOSS = 4
+
+
+def stall_runs(stalled: np.ndarray, t_ms: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) ms of each run of stalled subframes."""
+    flags = np.asarray(stalled, dtype=float) > 0
+    edges = np.diff(np.concatenate(([0], flags.astype(np.int8), [0])))
+    return [(float(t_ms[a]), float(t_ms[b - 1]) + 1.0) for a, b in zip(np.flatnonzero(edges == 1),
+                                                                          np.flatnonzero(edges == -1))]
+
+
 def stall_spurious(ctx: RowContext) -> Outcome:
-    """WWAN-3: injected outages that hold data; spurious RTOs only for outages longer than the RTO."""
+    """WWAN-3: injected outages that hold data; an RTO (later spurious) when an outage outlasts
+    the RTO in force when it began, none when it is shorter.
+
+    Judged per outage from the ground truth (the ``stalled`` column: when each outage began and
+    ended) against the server's own state sampled just before it (RTO ≈ srtt + max(4·rttvar,
+    200 ms), Linux's rule) and whether the sender entered RTO recovery (tcpi_ca_state Loss)
+    during it or within one RTT after. The buffer is kept small enough that the RTO is short
+    (a bloated queue makes srtt, hence the RTO, seconds long). The RTOs are spurious by the
+    ground truth when the cell lost nothing."""
     p, out = ctx.params, ctx.outcome
     frag = emu_fragment("stall")
+    judged: list[dict[str, float]] = []
     for outage in p["outages_ms"]:
-        stall = {**frag["cell"]["stall"], "min_ms": outage, "max_ms": outage}
-        with _rate_cell(ctx, f"stall-{outage}", p["rate"], 3 * MIB, p.get("core_rtt_ms"), cell={"stall": stall}) as cell:
+        stall = {**frag["cell"]["stall"], "min_ms": outage, "max_ms": outage,
+                 "mean_interval_s": p.get("mean_interval_s", frag["cell"]["stall"]["mean_interval_s"])}
+        with _rate_cell(ctx, f"stall-{outage}", p["rate"], int(p.get("queue_bytes", 3 * MIB)), p.get("core_rtt_ms"),
+                        cell={"stall": stall}) as cell:
             f = cell.flow("cubic", seconds=p["seconds"])
             truth = read_truth(cell.truth_path)
         s = f.server[0] if f.server else {}
         drops = int(truth.ue(0, "overflow_drops").sum() + truth.ue(0, "rlc_loss_drops").sum())
-        out.metrics[str(outage)] = {"total_rto": s.get("total_rto"), "dsack_dups": s.get("dsack_dups"), "drops": drops}
-        out.checks.append(Check(f"outage {outage} ms: RTOs / DSACKs / real drops",
-                                f"{s.get('total_rto')} / {s.get('dsack_dups')} / {drops}",
-                                "spurious RTO iff outage > RTO; no real loss", drops == 0 and (
-                                    (s.get("total_rto", 0) > 0) == (outage > p["rto_ms"]))))
-    out.testbed = "; ".join(f"outage {k} ms: {v['total_rto']} RTO(s), {v['dsack_dups']} DSACK(s), {v['drops']} drop(s)"
+        origin_ms = truth.header["origin_unix_ns"] / 1e6
+        t_s = f.series("t_unix_s") * 1000 - origin_ms  # sample times on the truth's clock, ms
+        srtt, rttvar, ca = f.series("srtt_ms"), f.series("rttvar_ms"), f.series("ca_state")
+        events = []
+        for a, b in stall_runs(truth.ue(0, "stalled"), truth["t_ms"]):
+            before = np.flatnonzero((t_s < a) & ~np.isnan(srtt))
+            if not len(before) or a < t_s[0] or b > t_s[-1]:
+                continue  # not within the flow
+            i = before[-1]
+            rto = srtt[i] + max(4 * rttvar[i], RTO_MIN_MS)
+            after = (t_s >= a) & (t_s <= b + srtt[i])
+            events.append({"start_ms": a, "outage_ms": b - a, "rto_ms": float(rto),
+                           "rto_fired": bool(np.any(ca[after] == CA_LOSS))})
+        judged += events
+        out.metrics[str(outage)] = {"total_rto": s.get("total_rto"), "dsack_dups": s.get("dsack_dups"), "drops": drops,
+                                    "outages": events}
+        longer = [e for e in events if e["outage_ms"] > e["rto_ms"]]
+        # Within 20 % of the RTO the timer's exact value (rttvar's update) decides: not judged.
+        shorter = [e for e in events if e["outage_ms"] < 0.8 * e["rto_ms"]]
+        ok = (drops == 0 and all(e["rto_fired"] for e in longer) and not any(e["rto_fired"] for e in shorter)
+              if longer or shorter else None)
+        out.checks.append(Check(
+            f"outages of {outage} ms: RTO iff longer than the RTO in force, no real loss",
+            f"{len(events)} outage(s) in the flow (RTO before them "
+            f"{'/'.join(fmt(e['rto_ms']) for e in events) or '–'} ms): RTO in "
+            f"{sum(e['rto_fired'] for e in longer)}/{len(longer)} longer, {sum(e['rto_fired'] for e in shorter)}/"
+            f"{len(shorter)} shorter; {s.get('total_rto')} RTO(s), {s.get('dsack_dups')} DSACK(s), {drops} drop(s)",
+            "RTO for every longer one, none for shorter ones, 0 drops (so every RTO is spurious)", ok,
+            "no outage fell within the flow, or all within 20 % of the RTO"))
+    out.testbed = "; ".join(f"outage {k} ms: {len(v['outages'])} outage(s), {v['total_rto']} RTO(s), "
+                            f"{v['dsack_dups']} DSACK(s), {v['drops']} drop(s)"
                             for k, v in out.metrics.items() if isinstance(v, dict) and "drops" in v)
     return out
 
