@@ -107,3 +107,15 @@ def test_one_cheap_row_runs_end_to_end(tmp_path: Path) -> None:
 def test_the_cli_group_is_registered(clawbed_cli: Path) -> None:
     out = subprocess.run([str(clawbed_cli), "fidelity", "--help"], capture_output=True, text=True, check=True).stdout
     assert "run" in out and "report" in out
+
+
+def test_stall_runs_are_the_runs_of_stalled_subframes() -> None:
+    import numpy as np
+
+    from clawbed.orchestrator.fidelity.bulk import stall_runs
+
+    stalled = np.array([0, 1, 1, 0, 0, 1, 1, 1, 0, 1], dtype=float)
+    t_ms = np.arange(100, 110)
+    # (first stalled subframe, end of the last one): an outage of 2, 3 and (cut by the end) 1 ms.
+    assert stall_runs(stalled, t_ms) == [(101.0, 103.0), (105.0, 108.0), (109.0, 110.0)]
+    assert stall_runs(np.zeros(5), np.arange(5)) == []
