@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import plotly.graph_objects as go
@@ -568,9 +568,21 @@ def rrc_promotion(ctx: RowContext) -> Outcome:
     return out
 
 
+class Capped(NamedTuple):
+    """What :func:`_capped` measured of one flow."""
+
+    goodput_bps: float
+    srtt_p50_ms: float
+    cwnd_spread: float
+    final_rwnd_bytes: float
+    window_bound_bps: float
+    steady_rwnd_bytes: float
+    steady_srtt_ms: float
+
+
 def _capped(ctx: RowContext, name: str, rate: str, cap: int | str, core_rtt_ms: float, seconds: float,
             read_bps: float | None = None, trace: Any = None, drwa: bool = False,
-            queue_bytes: int = 8 * MIB) -> tuple[float, float, float, float, float]:
+            queue_bytes: int = 8 * MIB) -> Capped:
     """(goodput bit/s, median RTT ms, cwnd spread, the UE's advertised window at the end of the
     flow in bytes, from the server's TCP_INFO: the rwnd the cap gives, and the rate the window
     allowed: the time mean of min(C, rwnd(t)/srtt(t)) over the flow's samples, bit/s) of a bulk
@@ -596,13 +608,14 @@ def _capped(ctx: RowContext, name: str, rate: str, cap: int | str, core_rtt_ms: 
             cell.cell.res.callback(d.close)
         f = cell.flow("cubic", seconds=seconds, read_bps=read_bps)
     cw = f.series("cwnd_bytes")
-    tail = cw[len(cw) // 2:]
+    half = len(cw) // 2  # the second half: past slow start and the receive buffer's growth
+    tail = cw[half:]
     rwnd = float(f.server[0].get("snd_wnd", np.nan)) if f.server else float("nan")
     cap_bps = rate_bps(rate) if trace is None else float("inf")
     allowed = np.minimum(cap_bps, f.series("snd_wnd_bytes") * 8 / (f.series("srtt_ms") / 1000))
     window_bps = float(np.nanmean(allowed)) if np.any(~np.isnan(allowed)) else float("nan")
-    return (f.goodput_bps(), pct(f.series("srtt_ms"), 50), float(np.nanstd(tail) / max(np.nanmean(tail), 1)), rwnd,
-            window_bps)
+    return Capped(f.goodput_bps(), pct(f.series("srtt_ms"), 50), float(np.nanstd(tail) / max(np.nanmean(tail), 1)),
+                  rwnd, window_bps, pct(f.series("snd_wnd_bytes")[half:], 50), pct(f.series("srtt_ms")[half:], 50))
 
 
 def rwnd_throttle(ctx: RowContext) -> Outcome:
@@ -610,7 +623,7 @@ def rwnd_throttle(ctx: RowContext) -> Outcome:
     p, out = ctx.params, ctx.outcome
     cap = rate_bps(p["rate"])
     for rtt in p["core_rtts_ms"]:
-        g, r, _, rwnd, model = _capped(ctx, f"cap-{rtt}", p["rate"], p["rmem_max_bytes"], rtt, p["seconds"])
+        g, r, _, rwnd, model, *_ = _capped(ctx, f"cap-{rtt}", p["rate"], p["rmem_max_bytes"], rtt, p["seconds"])
         out.checks.append(Check(f"throughput ≈ min(C, rwnd/RTT) at core RTT {rtt} ms (rwnd up to {fmt(rwnd / KB, 'KB')} "
                                 f"advertised)", fmt(g / 1e6, "Mbit/s", 2), f"{fmt(model / 1e6, 'Mbit/s', 2)} ±10 %",
                                 within(g, model, 0.10), "model: mean over the samples of min(C, rwnd(t)/srtt(t))"))
@@ -632,7 +645,9 @@ def flat_tcp(ctx: RowContext) -> Outcome:
     cap_bps = rate_bps(p["rate"])
     pts = []
     for c in p["caps"]:
-        g, r, spread, rwnd, _ = _capped(ctx, f"cap-{c}", p["rate"], c, p["core_rtt_ms"], p["seconds"])
+        m = _capped(ctx, f"cap-{c}", p["rate"], c, p["core_rtt_ms"], p["seconds"])
+        # Judged on the flow's second half, once the receive buffer has grown to its cap.
+        g, r, spread, rwnd = m.goodput_bps, m.steady_srtt_ms, m.cwnd_spread, m.steady_rwnd_bytes
         pts.append((c, g, r, rwnd))
         out.checks.append(Check(f"cap {c}: cwnd flat", f"spread {spread:.2f}", "< 0.1", spread < 0.1))
         # The window a cap gives is what the receiver advertises, not the cap: Linux keeps part
@@ -640,7 +655,7 @@ def flat_tcp(ctx: RowContext) -> Outcome:
         # ratio since 6.x), ~60 % here where the 2012 phones advertised ~75 %. RTT ≈ window/C.
         if c * 8 / cap_bps * 1000 > 2 * p["core_rtt_ms"] and not np.isnan(rwnd):
             model_ms = rwnd * 8 / cap_bps * 1000
-            out.checks.append(Check(f"cap {c}: RTT ≈ advertised window / C", fmt(r, "ms"),
+            out.checks.append(Check(f"cap {c}: median RTT ≈ median advertised window / C (second half)", fmt(r, "ms"),
                                     f"{fmt(model_ms, 'ms')} ±15 % (window {fmt(rwnd / KB, 'KB')}, "
                                     f"{fmt(rwnd / float(c) * 100)} % of the cap)", within(r, model_ms, 0.15)))
     out.metrics = {"points": pts}
@@ -653,7 +668,7 @@ def long_path_caps(ctx: RowContext) -> Outcome:
     p, out = ctx.params, ctx.outcome
     res = {}
     for rtt in p["core_rtts_ms"]:
-        g_def, _, _, _, model = _capped(ctx, f"def-{rtt}", p["rate"], p["default_cap"], rtt, p["seconds"])
+        g_def, _, _, _, model, *_ = _capped(ctx, f"def-{rtt}", p["rate"], p["default_cap"], rtt, p["seconds"])
         g_big, *_ = _capped(ctx, f"big-{rtt}", p["rate"], p["large_cap"], rtt, p["seconds"])
         gain = g_big / g_def - 1
         res[rtt] = gain
@@ -770,17 +785,20 @@ def stall_spurious(ctx: RowContext) -> Outcome:
     Judged per outage from the ground truth (the ``stalled`` column: when each outage began and
     ended) against the server's own state sampled just before it (RTO ≈ srtt + max(4·rttvar,
     200 ms), Linux's rule) and whether the sender entered RTO recovery (tcpi_ca_state Loss)
-    during it or within one RTT after. The buffer is kept small enough that the RTO is short
-    (a bloated queue makes srtt, hence the RTO, seconds long). The RTOs are spurious by the
-    ground truth when the cell lost nothing."""
+    during it or within one RTT after. The UE's receive window keeps the queue short (a bloated
+    queue makes srtt, hence the RTO, seconds long) and below the base station's buffer, so the
+    cell drops nothing: the RTOs are spurious by the ground truth."""
     p, out = ctx.params, ctx.outcome
     frag = emu_fragment("stall")
     judged: list[dict[str, float]] = []
     for outage in p["outages_ms"]:
         stall = {**frag["cell"]["stall"], "min_ms": outage, "max_ms": outage,
                  "mean_interval_s": p.get("mean_interval_s", frag["cell"]["stall"]["mean_interval_s"])}
+        # The UE's receive buffer bounds the flow below the base station's buffer: no overflow,
+        # so the cell loses nothing and every RTO's retransmission is spurious by the truth.
+        rmem = int(p.get("ue_rmem_max_bytes", 180_000))
         with _rate_cell(ctx, f"stall-{outage}", p["rate"], int(p.get("queue_bytes", 3 * MIB)), p.get("core_rtt_ms"),
-                        cell={"stall": stall}) as cell:
+                        ue_rmem=(4096, min(87380, rmem), rmem), cell={"stall": stall}) as cell:
             f = cell.flow("cubic", seconds=p["seconds"])
             truth = read_truth(cell.truth_path)
         s = f.server[0] if f.server else {}
