@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from clawbed.netns import Endpoint, ResourceError, Resources, new_run_id
+from clawbed.netns import Endpoint, Namespace, ResourceError, Resources, new_run_id
 from clawbed.replay.loaders import LoaderWorker, LoadResult, run_load
 from clawbed.replay.pages import Page, get_page
 from clawbed.replay.webserver import WebServer
@@ -50,12 +50,17 @@ def pair(tmp_path: Path):
     assert not [n for n in names if Path(f"/var/run/netns/{n}").exists()]
 
 
-def test_h2_page_loads_completely_with_both_loaders(pair, tmp_path: Path) -> None:
-    res, ue, srv = pair
-    page = get_page("set-03")
+def serve(res: Resources, srv: Namespace, tmp_path: Path, name: str) -> tuple[Page, WebServer, str]:
+    """Page ``name`` materialized and served by nginx in ``srv``: (page, server, its URL)."""
+    page = get_page(name)
     page.materialize(tmp_path / "site")
     web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR)
-    url = web.url(page.root.path)
+    return page, web, web.url(page.root.path)
+
+
+def test_h2_page_loads_completely_with_both_loaders(pair, tmp_path: Path) -> None:
+    res, ue, srv = pair
+    page, web, url = serve(res, srv, tmp_path, "set-03")
     for loader in ("browser", "h2"):
         for _ in range(2):  # the second load must fetch everything again
             assert_complete(run_load(res, ue, url, loader=loader, timeout_s=60), page, "h2")
@@ -74,10 +79,7 @@ def test_a_worker_answers_many_loads_each_on_connections_of_its_own(pair, tmp_pa
     numbers show that no load reuses another's connection. A worker killed between loads is
     replaced by the next load, and a failed load leaves it serving."""
     res, ue, srv = pair
-    page = get_page("set-03")
-    page.materialize(tmp_path / "site")
-    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR)
-    url = web.url(page.root.path)
+    page, web, url = serve(res, srv, tmp_path, "set-03")
     for loader in ("browser", "h2"):
         with LoaderWorker(res, ue, loader) as worker:
             spans = []
