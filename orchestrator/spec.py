@@ -26,6 +26,10 @@ A spec (every key but ``suite`` and ``matrix`` or ``matrices`` is optional)::
           other_ues: [{kind: page, page: set-01, scheme: cubic}]
           ue_rmem: galaxy-s2          # the UE's tcp_rmem cap: a phone, PHONE:NETWORK or bytes
           drwa: true                  # DRWA at the UE
+          rrc: umts                   # the cell's RRC/DRX model: lte (the emulator's default), umts, off,
+                                      # or {kind: umts, dch_tail_ms: 3000} (emulator/policies.json)
+          stall: {kind: poisson, mean_interval_s: 10, min_ms: 200, max_ms: 3000}   # or off (default)
+          idle_before_s: 60           # the replay waits this long, nothing sent, before each load
 
 Instead of ``matrix``, ``matrices`` lists several named matrices (each with the keys above
 and a ``name``): the suite's scenarios are their union, so one spec can hold settings that
@@ -53,15 +57,25 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from clawbed.claw.schemes import SCHEMES
-from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, parse_rate_bps
+from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, check_policy, parse_rate_bps
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
 from clawbed.replay import pages, rmem
-from clawbed.replay.run import HTTP_VERSIONS, LOADERS
+from clawbed.replay.run import HTTP_VERSIONS, LOADERS, MAX_IDLE_BEFORE_S
 from clawbed.traces.synth import PRESETS
 from clawbed.units import parse_size_bytes
 
@@ -127,6 +141,25 @@ class Condition(_Strict):
     ue_rmem: str | int | None = None
     #: DRWA at the UE (replay/drwa.py).
     drwa: StrictBool = False
+    #: The cell's RRC/DRX model (``cell.rrc``): a policy name of emulator/policies.json (``lte``,
+    #: ``umts``, ``off``) or a table ``{kind: NAME, <its parameters>}``; None: the emulator's default.
+    rrc: str | dict[str, Any] | None = None
+    #: The link-layer stall process (``cell.stall``): ``off``, ``poisson`` or a table with
+    #: ``kind`` and its parameters; None: the emulator's default (off).
+    stall: str | dict[str, Any] | None = None
+    #: Seconds the replay waits before each load, the emulator running and nothing sent, so the
+    #: UE's radio demotes as between the SPDY paper's page views (60 s apart).
+    idle_before_s: float = Field(0.0, ge=0, le=MAX_IDLE_BEFORE_S)
+
+    @field_validator("rrc", "stall")
+    @classmethod
+    def _policy(cls, v: str | dict[str, Any] | None, info: ValidationInfo) -> str | dict[str, Any] | None:
+        if v is None:
+            return v
+        assert info.field_name is not None
+        table = check_policy(info.field_name, v)  # a ValueError names the policy or parameter at fault
+        # A table of its kind only is the name: the same settings, the same scenario id.
+        return table["kind"] if set(table) == {"kind"} else table
 
     @field_validator("ue_rmem")
     @classmethod
@@ -527,8 +560,8 @@ class Scenario:
 def scenario_settings(trace: str, page: str, condition: Condition, seed: int, loader: str,
                       synth_seconds: int | None, load_timeout_s: float) -> dict[str, Any]:
     cond = condition.model_dump(mode="json", exclude={"name"})
-    # UE settings added later count only when set: the ids of conditions without them stay.
-    for key, unset in (("ue_rmem", None), ("drwa", False)):
+    # UE and radio settings added later count only when set: the ids of conditions without them stay.
+    for key, unset in (("ue_rmem", None), ("drwa", False), ("rrc", None), ("stall", None), ("idle_before_s", 0.0)):
         if cond.get(key) == unset:
             cond.pop(key, None)
     return {"trace": trace, "page": page, "condition": cond, "seed": seed, "loader": loader,

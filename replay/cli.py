@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clawbed.claw.schemes.base import scheme_names
-from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS
+from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, check_policy
+from clawbed.emulator.policies import POLICIES, default_policy, policy_names
 from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
 from clawbed.paths import REPO_ROOT, runs_dir
 from clawbed.replay.report import plt_stats, stats_table, write_report
@@ -19,6 +21,51 @@ from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, Rep
 from clawbed.units import parse_size_bytes
 
 DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
+
+
+class PolicyChoice(click.ParamType):
+    """A cell policy of ``category`` from the registry (``emulator/policies.json``): ``NAME`` or
+    ``NAME:KEY=VALUE,...``; the value is the name, or ``{"kind": NAME, KEY: VALUE, ...}``."""
+
+    def __init__(self, category: str) -> None:
+        self.category = category
+        self.choices = policy_names(category)
+        self.name = f"{category} policy"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return f"[{'|'.join(self.choices)}][:KEY=VALUE,...]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        name, _, rest = value.partition(":")
+        if name not in self.choices:
+            self.fail(f"{name!r}: one of {', '.join(self.choices)}", param, ctx)
+        if not rest:
+            return name
+        types = {p["name"]: p["type"] for p in next(p for p in POLICIES[self.category]["policies"]
+                                                     if p["name"] == name)["params"]}
+        choice: dict[str, Any] = {"kind": name}
+        for item in rest.split(","):
+            key, eq, text = item.partition("=")
+            key = key.strip()
+            if not eq or key not in types:
+                self.fail(f"{item!r}: give KEY=VALUE with KEY one of {', '.join(types) or 'none'} ({name}'s "
+                          f"parameters)", param, ctx)
+            try:
+                choice[key] = {"integer": int, "real": float}.get(types[key], _bool)(text.strip())
+            except ValueError:
+                self.fail(f"{key}={text!r}: not a{'n integer' if types[key] == 'integer' else ' number'}", param, ctx)
+        try:
+            return check_policy(self.category, choice)  # the registry's ranges
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.lower() == "true"
 @click.command("replay")
 @click.option("--trace", "trace", type=click.Path(path_type=Path), default=DEFAULT_TRACE, show_default=True,
               help="PHY trace driving the cell (.cbt or .csv)")
@@ -73,13 +120,23 @@ DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
               help="DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)")
 @click.option("--capture-server", is_flag=True,
               help="capture the server's device into <run dir>/server.pcap (for `clawbed analyze bandwidth`)")
+@click.option("--rrc", type=PolicyChoice("rrc"), default=None,
+              help=f"the cell's RRC/DRX model, optionally with parameters (umts:dch_tail_ms=3000); "
+                   f"default: the emulator's, {default_policy('rrc')}")
+@click.option("--stall", type=PolicyChoice("stall"), default=None,
+              help=f"link-layer stalls, e.g. poisson:mean_interval_s=10,min_ms=200,max_ms=3000; "
+                   f"default: the emulator's, {default_policy('stall')}")
+@click.option("--idle-before-s", type=float, default=0.0, show_default=True,
+              help="wait this long before each load, nothing sent, so the UE's radio demotes (the SPDY paper "
+                   "loads pages 60 s apart)")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None,
            wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float, wired_reorder_pct: float,
            scheduler: str,
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
-           rerun_late: bool, ue_rmem: str | None, drwa: bool, capture_server: bool) -> None:
+           rerun_late: bool, ue_rmem: str | None, drwa: bool, capture_server: bool, rrc: str | dict[str, Any] | None,
+           stall: str | dict[str, Any] | None, idle_before_s: float) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -95,7 +152,7 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
         other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace,
         inject_delay_ms=inject_delay_ms, rerun_late=rerun_late, ue_rmem=ue_rmem, drwa=drwa,
-        capture_server=capture_server)
+        capture_server=capture_server, rrc=rrc, stall=stall, idle_before_s=idle_before_s)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)

@@ -12,14 +12,17 @@ SIGTERM or an error removes exactly what was made, and every finished load stays
    then the background traffic, if any (``orchestrator/network/crosstraffic.py``: cross traffic
    through the wireline bottleneck, other UEs' downloads), warmed up for
    :data:`BACKGROUND_WARMUP_S` and described in the manifest;
-4. for each round, for each scheme (A B C A B C …), one load:
+4. for each round, for each scheme (A B C A B C …), one load: with ``idle_before_s``, first a
+   wait with nothing sent (the UE's radio demotes, as between the SPDY paper's page views); then
    the scheme's server side (sysctls, its CC as the namespace default; for claw/cqic the BPF
    CC, the ACK-flag reader and the agent) and its client (claw/cqic) → the sampler → with
    ``align_trace``, the emulator's traces moved to the round's start (:meth:`ReplayConfig.round_trace_ms`:
    every load of a round meets the same channel and the same other users) → the
    loader in the UE namespace → sampler stopped, scheme torn down → the emulator's ground
-   truth, the UE's diag feed and the client's estimates cut to the load's time span and
-   written beside the TCP samples in ``loads/NNN-<scheme>/`` → one line in the results
+   truth (with UE 0's RRC/DRX state), the UE's diag feed and the client's estimates cut to the
+   load's time span and written beside the TCP samples and the server namespace's TCP counters
+   over the load (``netstat.json``: timeouts, spurious-RTO undos, DSACKs) in
+   ``loads/NNN-<scheme>/`` → one line in the results
    (with ``background_bytes``: what each background activity got across during the load);
 5. the background stopped (its byte totals into the manifest), then the emulator.
 
@@ -40,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
-from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, Delays, EmulatorConfig, parse_rate_bps
+from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, Delays, EmulatorConfig, check_policy, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
@@ -93,6 +96,12 @@ CELL_TRUTH_COLUMNS = ("n_rb", "total_alloc_rbs", "other_alloc_rbs", "other_deman
 UE_TRUTH_COLUMNS = ("alloc_rbs", "demand_rbs", "mcs", "tbs_bits", "queue_bytes", "delivered_bytes",
                     "overflow_drops", "rlc_loss_drops")
 TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
+#: UE 0's radio state, after those columns in ``truth.csv``: the RRC state (``idle``, ``fach``,
+#: ``promoting``, ``connected``), the DRX state, and 1 while its link was stalled. Empty in a
+#: file of an emulator without them.
+RADIO_TRUTH_COLUMNS = ("rrc", "drx", "stalled")
+#: Longest wait before a load (``idle_before_s``), s.
+MAX_IDLE_BEFORE_S = 3600.0
 #: How long background traffic runs before the first load, s: long enough for bulk flows to
 #: leave slow start and fill the bottleneck's queue, so every load meets the same competition.
 BACKGROUND_WARMUP_S = 3.0
@@ -154,6 +163,17 @@ class ReplayConfig:
     drwa: bool = False
     #: Capture the server's device into ``server.pcap`` (``replay/capture.py``) for the run.
     capture_server: bool = False
+    #: The cell's RRC/DRX model (``cell.rrc``): a policy name of ``emulator/policies.json``
+    #: (``lte``, ``umts``, ``off``) or ``{"kind": NAME, <its parameters>}``; None: the emulator's
+    #: default (``lte``).
+    rrc: str | dict[str, Any] | None = None
+    #: The link-layer stall process (``cell.stall``), the same form (``off``, ``poisson``); None:
+    #: the emulator's default (``off``).
+    stall: str | dict[str, Any] | None = None
+    #: Wait this long before each load, the emulator running and nothing sent, so the UE's radio
+    #: demotes as between the SPDY paper's page views (60 s apart), s. In the load's
+    #: ``overhead_ms`` as ``idle_before``; outside its timing-integrity span.
+    idle_before_s: float = 0.0
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -196,6 +216,14 @@ class ReplayConfig:
             raise InputError(message) from None
         if self.scheduler not in SCHEDULERS:
             raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(SCHEDULERS)}")
+        for option, category, choice in (("--rrc", "rrc", self.rrc), ("--stall", "stall", self.stall)):
+            if choice is not None:
+                try:
+                    check_policy(category, choice)
+                except ValueError as e:
+                    raise InputError(f"{option}: {e}") from None
+        if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
+            raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
         if not 0 <= self.inject_delay_ms <= 10_000:
             raise InputError(f"--inject-delay-ms {self.inject_delay_ms}: must be 0..10000")
         rmem.resolve(self.ue_rmem, "--ue-rmem")
@@ -240,7 +268,13 @@ class ReplayConfig:
 def _emulator_fields(config: ReplayConfig, core_rtt_ms: float | None) -> dict[str, Any]:
     """The emulator's config keys for ``config`` (beyond the topology's), with the core RTT
     the run uses (``config.core_rtt_ms``, or more when a wired delay moved into it)."""
-    fields: dict[str, Any] = {"seed": config.seed, "cell": {"scheduler": config.scheduler}}
+    cell: dict[str, Any] = {"scheduler": config.scheduler}
+    # Unset: left to the emulator's default (what runs before these keys existed ran).
+    if config.rrc is not None:
+        cell["rrc"] = config.rrc
+    if config.stall is not None:
+        cell["stall"] = config.stall
+    fields: dict[str, Any] = {"seed": config.seed, "cell": cell}
     if core_rtt_ms is None and config.inject_delay_ms > 0:
         core_rtt_ms = Delays().core_down_ms + Delays().core_up_ms
     if core_rtt_ms is not None:
@@ -318,7 +352,45 @@ def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float,
     columns = [np.round(t_unix[keep], 6)]
     columns += [truth[name][keep] for name in CELL_TRUTH_COLUMNS]
     columns += [truth.ue(0, name)[keep] for name in UE_TRUTH_COLUMNS]
+    for name in RADIO_TRUTH_COLUMNS:
+        try:
+            columns.append(truth.ue(0, name)[keep])
+        except KeyError:
+            columns.append(np.full(int(keep.sum()), "", dtype=object))
     return [list(row) for row in zip(*(c.tolist() for c in columns))]
+
+
+def _tcp_counters(pid: int | None) -> dict[str, int]:
+    """The TCP counters of the namespace of process ``pid`` (``TcpExtTCPSpuriousRTOs``,
+    ``TcpRetransSegs``, … as nstat names them), from its /proc/<pid>/net files; empty when
+    they cannot be read (the counters are evidence, never a reason to fail a load)."""
+    counters: dict[str, int] = {}
+    if pid is None:
+        return counters
+    for name in ("netstat", "snmp"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()
+        except OSError:
+            continue
+        # Pairs of lines: "TcpExt: Name1 Name2 …" then "TcpExt: 1 2 …".
+        for head, values in zip(lines[::2], lines[1::2]):
+            proto, _, keys = head.partition(":")
+            if proto not in ("Tcp", "TcpExt"):
+                continue
+            for key, value in zip(keys.split(), values.partition(":")[2].split()):
+                try:
+                    counters[proto + key] = int(value)
+                except ValueError:
+                    continue
+    return counters
+
+
+def _write_counter_deltas(path: Path, before: dict[str, int], after: dict[str, int]) -> None:
+    """The counters that changed over the load (after − before) as ``netstat.json``: counted for
+    the whole server namespace, so with background traffic served from it they include its."""
+    deltas = {k: after[k] - before[k] for k in sorted(after) if k in before and after[k] != before[k]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(deltas, indent=1) + "\n")
 
 
 def _slice_estimates(log_path: Path, out: Path, t0: float, t1: float) -> int:
@@ -364,6 +436,8 @@ class Replay:
         self.late_reruns = 0
         #: The run's loader process, once the web server is up.
         self._loader: loaders.LoaderWorker | None = None
+        #: A process in the server's namespace (nginx), whose /proc/<pid>/net has its TCP counters.
+        self._server_pid: int | None = None
 
     def run(self) -> list[LoadRecord]:
         """Run every load; return their records (also in ``results.jsonl``). On Ctrl-C or
@@ -434,6 +508,7 @@ class Replay:
         self.page.materialize(site)
         web = webserver.WebServer(res, server_ns, site, str(server_address), cfg.http_version)
         url = web.url(self.page.root.path)
+        self._server_pid = web.proc.pid
         self.access = web.access  # the loaders resolve the page's host names and trust its certificate with it
         if cfg.capture_server:  # before the first connection (its SYN carries the UE's MSS)
             capture = ServerCapture(res, server_ns, server_device, self.run_dir.path / "server.pcap")
@@ -597,7 +672,13 @@ class Replay:
             record.overhead_ms[name] = round((now - phase) * 1000, 1)
             phase = now
 
+        if cfg.idle_before_s > 0:
+            # Nothing is sent meanwhile, so the UE's radio demotes (the RRC tail timers) as between
+            # the SPDY paper's page views; before the scheme's set-up, whose client may send.
+            time.sleep(cfg.idle_before_s)
+            lap("idle_before")
         loader_started = None
+        counters_before: dict[str, int] | None = None
         try:
             # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
             scheme.setup(ctx)
@@ -608,6 +689,7 @@ class Replay:
             sampler.reset(cc_maps_dir=scheme.cc_maps_dir)
             sampler.start()
             background_before = {a.name: a.bytes_delivered() for a in activities}
+            counters_before = _tcp_counters(self._server_pid)
             lap("sampler_start")
             if trace_ms is not None:
                 seek(trace_ms)
@@ -639,6 +721,8 @@ class Replay:
             if loader_started is not None and "loader" not in record.overhead_ms:
                 lap("loader")  # it failed: its whole wall time
             sampler.stop()
+            if counters_before is not None:
+                _write_counter_deltas(load_dir / "netstat.json", counters_before, _tcp_counters(self._server_pid))
             try:
                 scheme.teardown()
             except ClawbedError as e:
@@ -683,7 +767,8 @@ class Replay:
         t0, t1 = record.t_start_unix_s, record.t_end_unix_s
         if t0 is None or t1 is None:
             return
-        write_csv(load_dir / "truth.csv", TRUTH_CSV_COLUMNS, _truth_rows(truth_path, origin_unix_s, t0, t1, flush))
+        write_csv(load_dir / "truth.csv", (*TRUTH_CSV_COLUMNS, *RADIO_TRUTH_COLUMNS),
+                  _truth_rows(truth_path, origin_unix_s, t0, t1, flush))
         write_zstd_lines(load_dir / "diag.jsonl.zst", diag.take(t0, t1))
         if client_log is not None and client_log.exists():
             _slice_estimates(client_log, load_dir / "estimates.csv", t0, t1)

@@ -128,15 +128,15 @@ Mechanism = EmuKeys | SchemeName | ReplayOption | Module
 #: Every mechanism a row may need, by the name rows use in ``needs`` / ``optional``. Defaults are
 #: the fidelity table's §7 values.
 MECHANISMS: dict[str, Mechanism] = {
+    # The registry's current form (emulator/policies.json: cell.rrc, cell.stall), the §7 values.
     "rrc-lte": EmuKeys("LTE RRC/DRX model with the measured promotion distribution holding in-flight downlink data",
-                       {"cell": {"rrc": {"enabled": True, "profile": "lte", "tail_ms": 10000, "promotion_ms": 435,
-                                         "promotion_p25_ms": 319, "promotion_p75_ms": 558,
-                                         "hold_downlink": True}}}),
+                       {"cell": {"rrc": {"kind": "lte", "tail_ms": 10000, "promotion_ms": 435,
+                                         "promotion_p25_ms": 319, "promotion_p75_ms": 558}}}),
     "rrc-3g": EmuKeys("3G RRC profile (DCH/FACH/IDLE timers, ~2 s promotion)",
-                      {"cell": {"rrc": {"enabled": True, "profile": "3g", "dch_tail_ms": 5000, "fach_tail_ms": 12000,
-                                        "idle_promotion_ms": 2000, "fach_promotion_ms": 1500, "hold_downlink": True}}}),
+                      {"cell": {"rrc": {"kind": "umts", "dch_tail_ms": 5000, "fach_tail_ms": 12000,
+                                        "idle_promotion_ms": 2000, "fach_promotion_ms": 1500}}}),
     "stall": EmuKeys("link-layer stall process (outages that hold, then release a burst)",
-                     {"cell": {"stall": {"enabled": True, "mean_interval_s": 10.0, "min_ms": 200, "max_ms": 3000}}}),
+                     {"cell": {"stall": {"kind": "poisson", "mean_interval_s": 10.0, "min_ms": 200, "max_ms": 3000}}}),
     "rmem-cap": ReplayOption("per-phone receive-window cap (UE option ue_rmem)", "ue_rmem"),
     "drwa": ReplayOption("DRWA receive-window adaptation (UE option drwa)", "drwa"),
     "vegas": SchemeName("TCP Vegas as a BPF congestion control (scheme vegas)", "vegas"),

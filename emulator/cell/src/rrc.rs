@@ -371,7 +371,10 @@ impl RrcModel for UmtsRrc {
             _ => {}
         }
         if self.state == RrcState::Promoting && t_ms >= self.connected_at_ms {
+            // The promotion ends in DCH with its timer started: the data that asked for it
+            // (an uplink packet is reported once, when it arrives) is still to be sent.
             self.state = RrcState::Connected;
+            self.last_activity_ms = t_ms;
         }
         if self.state != RrcState::Connected {
             return RrcStep::not_connected(self.state);
@@ -636,6 +639,24 @@ mod tests {
         assert_eq!(m.step(14_500, QUIET, &mut rng).state, RrcState::Fach);
         assert_eq!(m.step(26_499, QUIET, &mut rng).state, RrcState::Fach);
         assert_eq!(m.step(26_500, QUIET, &mut rng).state, RrcState::Idle);
+    }
+
+    #[test]
+    fn a_umts_promotion_asked_by_one_uplink_packet_stays_in_dch() {
+        // The data plane reports an uplink packet once; the promotion it asked for must end
+        // in DCH for the whole DCH timer, not fall back to IDLE (and promote again) at once.
+        let mut rng = Rng::new(1, 0);
+        let mut m = UmtsRrc::new(5_000, 12_000, 2_000, 1_500);
+        m.state = RrcState::Idle;
+        m.started = true;
+        assert_eq!(m.step(100_000, UPLINK, &mut rng).state, RrcState::Promoting);
+        for t in 100_001..102_000 {
+            assert_eq!(m.step(t, QUIET, &mut rng).state, RrcState::Promoting, "at {t}");
+        }
+        for t in 102_000..106_999 {
+            assert_eq!(m.step(t, QUIET, &mut rng).state, RrcState::Connected, "at {t}");
+        }
+        assert_eq!(m.step(107_000, QUIET, &mut rng).state, RrcState::Fach);
     }
 
     #[test]
