@@ -19,6 +19,7 @@ from clawbed.orchestrator.fidelity.pageloads import EXPERIMENTS as PAGES
 from clawbed.orchestrator.fidelity.report import report_rows, write_html
 from clawbed.orchestrator.fidelity.results import NOT_EMULATED, NOT_RUN, read_rows
 from clawbed.orchestrator.fidelity.runner import run_row
+from clawbed.orchestrator.fidelity.wwan import EXPERIMENTS as WWAN
 from clawbed.paths import REPO_ROOT
 
 TABLE = REPO_ROOT / "docs" / "fidelity-table.md"
@@ -42,7 +43,7 @@ def test_the_table_has_27_rows_and_every_one_has_a_definition() -> None:
     assert sorted(rows) == sorted(ids)
     assert sorted(p.stem for p in ROWS_DIR.glob("*.yaml")) == sorted(ids)
     for row in rows.values():
-        assert row.experiment in {**BULK, **PAGES}, f"{row.id}: unknown experiment {row.experiment}"
+        assert row.experiment in {**BULK, **PAGES, **WWAN}, f"{row.id}: unknown experiment {row.experiment}"
         for m in [*row.needs, *row.optional]:
             assert m in mechanisms.MECHANISMS, f"{row.id}: unknown mechanism {m}"
         assert row.paper and row.criterion

@@ -112,6 +112,12 @@ def test_http1_mode_negotiates_http11(pair, tmp_path: Path) -> None:
     for loader in ("browser", "h2"):
         assert_complete(run_load(res, ue, web.url(page.root.path), loader=loader, timeout_s=60), page, "http/1.1")
     assert {r.protocol for r in web.requests()} == {"HTTP/1.1"}
+    # The h2 loader with two HTTP/1.1 connections per host (the WWAN row's Mozilla 1.4): nginx
+    # sees the page's requests over at most two connections.
+    before = len(web.requests())
+    with LoaderWorker(res, ue, "h2", http1=True, loader_args=["--http1-connections", "2"]) as worker:
+        assert_complete(worker.load(web.url(page.root.path), 60), page, "http/1.1")
+    assert 1 <= len({r.connection for r in web.requests()[before:]}) <= 2
 
 
 def test_wrong_url_and_dead_server_give_clear_errors(pair, tmp_path: Path) -> None:

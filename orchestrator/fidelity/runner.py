@@ -31,9 +31,9 @@ RUN_ID_PREFIX = "f"
 
 
 def experiment_for(name: str) -> Callable[[RowContext], Outcome]:
-    from clawbed.orchestrator.fidelity import bulk, pageloads
+    from clawbed.orchestrator.fidelity import bulk, pageloads, wwan
 
-    table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS}
+    table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS, **wwan.EXPERIMENTS}
     if name not in table:
         raise ClawbedError(f"experiment {name!r} is not defined (known: {', '.join(sorted(table))})")
     return table[name]

@@ -119,9 +119,10 @@ def decoded(body: bytes, content_encoding: str) -> bytes | None:
     return body
 
 
-def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | None) -> httpx.AsyncClient:
+def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | None,
+            http1_connections: int = HTTP1_CONNECTIONS) -> httpx.AsyncClient:
     """A client for one origin: HTTP/2 on one connection for https (unless ``http1``), else
-    HTTP/1.1 on up to :data:`HTTP1_CONNECTIONS`; host names resolved through ``resolve``."""
+    HTTP/1.1 on up to ``http1_connections``; host names resolved through ``resolve``."""
     import httpcore
     import httpx
 
@@ -132,7 +133,7 @@ def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | No
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     h2 = scheme == "https" and not http1
-    connections = 1 if h2 else HTTP1_CONNECTIONS
+    connections = 1 if h2 else http1_connections
 
     class Resolving(httpcore.AsyncNetworkBackend):
         """Connects to a host name's address from ``resolve`` (no DNS: the UE has none)."""
@@ -160,7 +161,8 @@ def _client(scheme: str, http1: bool, resolve: dict[str, str], ca_cert: str | No
 
 
 async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: list[str], notes: list[str],
-                resolve: dict[str, str], ca_cert: str | None, redirects: set[str]) -> float:
+                resolve: dict[str, str], ca_cert: str | None, redirects: set[str],
+                http1_connections: int = HTTP1_CONNECTIONS) -> float:
     """Fetch ``url`` and everything it references; fill ``objects``; return the PLT, ms."""
     origin = urlsplit(url)
     clients: dict[tuple[str, str], httpx.AsyncClient] = {}
@@ -178,7 +180,7 @@ async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: li
             split = urlsplit(target)
             key = (split.scheme, split.netloc.lower())
             if key not in clients:
-                clients[key] = _client(split.scheme, http1, resolve, ca_cert)
+                clients[key] = _client(split.scheme, http1, resolve, ca_cert, http1_connections)
                 stack.push_async_callback(clients[key].aclose)
             return clients[key]
 
@@ -226,8 +228,9 @@ async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: li
 
 
 def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None = None,
-         ca_cert: str | None = None) -> LoadResult:
-    """One cold load of ``url``; failures become ``ok=False`` with the reason."""
+         ca_cert: str | None = None, http1_connections: int = HTTP1_CONNECTIONS) -> LoadResult:
+    """One cold load of ``url``; failures become ``ok=False`` with the reason. ``http1_connections``:
+    HTTP/1.1 connections per host (a browser's six by default; Mozilla 1.4 used two)."""
     objects: list[ObjectTiming] = []
     failures: list[str] = []
     notes: list[str] = []
@@ -235,7 +238,8 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
     result = LoadResult(ok=False, loader="h2", url=url, objects=objects, notes=notes)
     try:
         plt_ms = asyncio.run(asyncio.wait_for(
-            _load(url, http1, objects, failures, notes, resolve or {}, ca_cert, redirects), timeout_s))
+            _load(url, http1, objects, failures, notes, resolve or {}, ca_cert, redirects, http1_connections),
+            timeout_s))
     except TimeoutError:
         result.error = f"load of {url} did not finish in {timeout_s} s"
     except Exception as e:  # connection refused, TLS failure, protocol error: report, not crash
@@ -261,14 +265,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resolve", action="append", metavar="HOST=ADDRESS",
                         help="connect to ADDRESS for HOST (repeatable); references are followed on these hosts")
     parser.add_argument("--ca-cert", help="verify the server's certificate against this CA (PEM)")
+    parser.add_argument("--http1-connections", type=int, default=HTTP1_CONNECTIONS,
+                        help=f"HTTP/1.1 connections per host (default {HTTP1_CONNECTIONS}, as browsers)")
     parser.add_argument("--cert-spki", help="the certificate's key (the browser pins it; unused here)")
     args = parser.parse_args(argv)
     if (args.url is None) == (not args.serve):
         parser.error("give a URL or --serve, not both")
+    if args.http1_connections < 1:
+        parser.error(f"--http1-connections {args.http1_connections}: at least 1")
     resolve = parse_resolve(args.resolve)
     if args.serve:
-        return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.ca_cert), "h2")
-    result = load(args.url, args.timeout_s, args.http1, resolve, args.ca_cert)
+        return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.ca_cert,
+                                                 args.http1_connections), "h2")
+    result = load(args.url, args.timeout_s, args.http1, resolve, args.ca_cert, args.http1_connections)
     print(result.to_json(), flush=True)
     return 0 if result.ok else 1
 

@@ -12,6 +12,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources
@@ -89,11 +90,14 @@ class LoaderWorker:
     raises for a failed load."""
 
     def __init__(self, res: Resources, ue_ns: Namespace, loader: str = "browser", *, http1: bool = False,
-                 access: ServerAccess | None = None, log_dir: Path | None = None) -> None:
+                 access: ServerAccess | None = None, log_dir: Path | None = None,
+                 loader_args: Sequence[str] = ()) -> None:
+        """``loader_args``: further options of the loader (e.g. the h2 loader's
+        ``--http1-connections 2``)."""
         if loader not in LOADERS:
             raise ValueError(f"loader must be one of {LOADERS} (got {loader!r})")
         self.res, self.ue_ns, self.loader = res, ue_ns, loader
-        self.argv = [sys.executable, "-m", f"clawbed.replay.loaders.{loader}", "--serve"]
+        self.argv = [sys.executable, "-m", f"clawbed.replay.loaders.{loader}", "--serve", *loader_args]
         if http1:
             self.argv.append("--http1")
         if access is not None:
