@@ -76,6 +76,16 @@ def read_csv(path: Path) -> dict[str, list[str]]:
     return cols
 
 
+def _netstat(load: LoadRow | Path) -> dict[str, int]:
+    """The server namespace's TCP counters over one load (``netstat.json`` in its directory),
+    or empty."""
+    try:
+        data = json.loads(((load if isinstance(load, Path) else load_dir(load)) / "netstat.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def tcp_stats(r: LoadRow) -> dict[str, float]:
     """Of one load's server TCP samples: retransmissions (summed over flows), max and mean srtt,
     whether a flow entered Loss (an RTO: ca_state 4), slow start left without a loss."""
@@ -293,8 +303,7 @@ def _spdy_load(r: LoadRow) -> dict[str, Any]:
     promotions = sum(1 for i in range(len(rrc)) if rrc[i] == "promoting" and (i == 0 or rrc[i - 1] != "promoting")
                      and (connected is None or i < connected))
     drops = sum(_num(x) for x in truth.get("overflow_drops", []) + truth.get("rlc_loss_drops", []) if x)
-    counters_path = d / "netstat.json"
-    counters = json.loads(counters_path.read_text()) if counters_path.is_file() else None
+    counters = _netstat(d) or None
     return {"flows": flows, "rrc_at_start": rrc[0] if rrc else "", "demoted": bool(rrc) and rrc[0] in _DEMOTED,
             "t_promoted_unix_s": t[connected] if connected is not None else None,
             "promotion_ms": (t[connected] - t[promoting]) * 1000 if connected is not None and promoting is not None
@@ -625,6 +634,22 @@ def claw_wireline(ctx: RowContext) -> Outcome:
     out.checks.append(Check("CLAW without detector vs Cubic", f"{fmt(n, 's', 2)} vs {fmt(c, 's', 2)}", "within ±15 %",
                             abs(n / c - 1) <= 0.15 if _by(pl, "claw-nodetect") and _by(pl, "cubic") else None,
                             nd.reason() if not nd.present else "no loads without the detector"))
+    # What the overload does at the wired bottleneck, by each scheme's own counters: the
+    # retransmissions and the RTOs (the server namespace's TcpExtTCPTimeouts over each load).
+    counters: dict[str, dict[str, float]] = {}
+    for scheme in ("claw", "claw-nodetect", "cubic"):
+        rows = [r for r in loads if r.scheme == scheme and r.ok]
+        timeouts = [float(_netstat(r).get("TcpExtTCPTimeouts", 0)) for r in rows]
+        counters[scheme] = {"retrans_per_load": mean([tcp_stats(r).get("retrans", float("nan")) for r in rows]),
+                            "rtos_per_load": mean(timeouts)}
+    out.metrics["counters"] = counters
+    if _by(pl, "claw-nodetect") and not 0.10 <= gain <= 0.30:
+        nd_c, k_c = counters["claw-nodetect"], counters["claw"]
+        out.checks[-2].note = (f"without the detector the sender overloads the wired link as the paper says "
+                               f"({fmt(nd_c['retrans_per_load'])} retransmissions a load vs {fmt(k_c['retrans_per_load'])} "
+                               f"with it, {fmt(counters['cubic']['retrans_per_load'])} for Cubic), but with "
+                               f"{fmt(nd_c['rtos_per_load'], digits=1)} RTOs a load: SACK/RACK recovery keeps the "
+                               f"bottleneck busy, so the overload costs no PLT; the paper's penalty came with RTOs")
     _bar_figure(ctx, pl, "PLT behind a wireline bottleneck")
     out.testbed = f"CLAW {fmt(k, 's', 2)}, without detector {fmt(n, 's', 2)}, Cubic {fmt(c, 's', 2)}"
     return out
