@@ -330,7 +330,7 @@ def distributions(ctx: RowContext) -> Outcome:
         hp95 = pct(hs_all, 95)
         gap = p.get("handshake_gap_s", 0.3)
         out.checks.append(Check("handshake RTT p95", fmt(hp95, "ms"), "127–467 ms", 127 <= hp95 <= 467,
-                                f"the handshakes are {gap:g} s apart, so none waits for an RRC promotion; LTE13's "
+                                cause=f"the handshakes are {gap:g} s apart, so none waits for an RRC promotion; LTE13's "
                                 f"p95 (467 ms) is about its promotion delay (median 435 ms), which flows starting "
                                 f"after more than the 10 s tail pay (LTE-3 measures it), and the share of such "
                                 f"flows is not given"))
@@ -399,7 +399,7 @@ def transport_loss(ctx: RowContext) -> Outcome:
         # drop and its retransmission (a whole queue's worth behind one overflow drop).
         Check("reordered packets (ground truth: delivered after a later arrival)",
               fmt(order["reordered_fraction"] * 100, "%", 3), "< 1 %", order["reordered_fraction"] < 0.01,
-              note=f"the UE's TCP queued {fmt(ooo / max(segs_in, 1) * 100, '%', 2)} of segments out of order "
+              cause=f"the UE's TCP queued {fmt(ooo / max(segs_in, 1) * 100, '%', 2)} of segments out of order "
                    f"({ooo} of {segs_in}): those behind the {int(drops)} packets the cell dropped "
                    f"({int(order['drop_overflow_drops'])} buffer overflows, {int(order['drop_rlc_drops'])} RLC losses) "
                    f"until their retransmissions arrived"),
@@ -437,7 +437,7 @@ def transport_loss(ctx: RowContext) -> Outcome:
     # the loss is the RLC's residual drops in the packet log, not every retransmission.
     out.checks.append(Check(f"air BLER {max(p['bler_sweep'])}: TCP loss from the air ≈ 0 (RLC residual drops)",
                             fmt(hi["air_loss_rate"] * 100, "%", 3), "≤ 0.1 % of packets", hi["air_loss_rate"] <= 0.001,
-                            f"retransmitted {fmt(hi['retrans_rate'] * 100, '%', 3)} of bytes (BLER "
+                            cause=f"retransmitted {fmt(hi['retrans_rate'] * 100, '%', 3)} of bytes (BLER "
                             f"{min(p['bler_sweep'])}: {fmt(lo['retrans_rate'] * 100, '%', 3)}), behind "
                             f"{hi['overflow_drops']} buffer overflow(s) and {hi['air_drops']} air loss(es)"))
     out.checks.append(Check(f"air BLER {max(p['bler_sweep'])}: delay up in 8 ms steps (paced flow, no queue)",
@@ -705,7 +705,7 @@ def drwa(ctx: RowContext) -> Outcome:
             out.checks.append(Check(f"{case['name']}: RTT and throughput change with DRWA",
                                     f"RTT {fmt(dr * 100, '%')}, throughput {fmt(dg * 100, '%', 1)}",
                                     "RTT −24 … −49 %, throughput within ±4 %", -0.49 * 1.2 <= dr <= -0.24 and abs(dg) <= 0.04,
-                                    f"the static cap's window ({fmt(static.steady_rwnd_bytes / KB, 'KB')}, what this "
+                                    cause=f"the static cap's window ({fmt(static.steady_rwnd_bytes / KB, 'KB')}, what this "
                                     f"kernel advertises for the cap) held the RTT at {fmt(r0, 'ms')} = "
                                     f"{r0 / static.min_rtt_ms:.1f} × RTT_min; DRWA's floor λ·RTT_min = "
                                     f"{fmt(target_ms, 'ms')} allows {fmt(floor * 100, '%')} at most"))

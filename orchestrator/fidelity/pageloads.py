@@ -645,7 +645,7 @@ def claw_wireline(ctx: RowContext) -> Outcome:
     out.metrics["counters"] = counters
     if _by(pl, "claw-nodetect") and not 0.10 <= gain <= 0.30:
         nd_c, k_c = counters["claw-nodetect"], counters["claw"]
-        out.checks[-2].note = (f"without the detector the sender overloads the wired link as the paper says "
+        out.checks[-2].cause = (f"without the detector the sender overloads the wired link as the paper says "
                                f"({fmt(nd_c['retrans_per_load'])} retransmissions a load vs {fmt(k_c['retrans_per_load'])} "
                                f"with it, {fmt(counters['cubic']['retrans_per_load'])} for Cubic), but with "
                                f"{fmt(nd_c['rtos_per_load'], digits=1)} RTOs a load: SACK/RACK recovery keeps the "

@@ -86,10 +86,13 @@ def write_html(rows: list[dict[str, Any]], path: Path) -> Path:
                      f"<br><b>Sysctls:</b> {html.escape(sysctl_summary(r['sysctls'] or {}))}"
                      f"<br><b>Run dir:</b> {html.escape(r['run_dir'] or '')}</p>")
         if r["checks"]:
+            def why(c: dict[str, Any]) -> str:
+                return " — ".join(x for x in (c.get("note", ""), c.get("cause", "")) if x)
+
             parts.append("<table><tr><th>check</th><th>testbed</th><th>target</th><th>ok</th><th>note</th></tr>"
                          + "".join(f"<tr><td>{html.escape(c['name'])}</td><td>{html.escape(c['value'])}</td>"
                                    f"<td>{html.escape(c['target'])}</td><td>{'–' if c['ok'] is None else ('yes' if c['ok'] else 'no')}"
-                                   f"</td><td>{html.escape(c.get('note', ''))}</td></tr>" for c in r["checks"]) + "</table>")
+                                   f"</td><td>{html.escape(why(c))}</td></tr>" for c in r["checks"]) + "</table>")
         fig_path = Path(r["run_dir"]) / "figure.json" if r["run_dir"] else None
         if fig_path is not None and fig_path.is_file():
             import plotly.io

@@ -36,13 +36,16 @@ CREATE TABLE IF NOT EXISTS {TABLE} (
 @dataclass
 class Check:
     """One part of a row's criterion: what was measured against what target. ``ok`` None: the
-    part could not be evaluated (its reason in ``note``)."""
+    part could not be evaluated (its reason in ``note``). ``cause``: what the ground truth or
+    the kernel's own counters show behind the measured value (kept whatever the verdict; in the
+    row's reason when the part failed)."""
 
     name: str
     value: str
     target: str
     ok: bool | None
     note: str = ""
+    cause: str = ""
 
 
 @dataclass
@@ -74,7 +77,7 @@ class Outcome:
             return self
         self.status = FAIL if any(c.ok is False for c in evaluated) else PASS
         open_parts = [f"{c.name}: {c.note}" for c in self.checks if c.ok is None]
-        failed = [c.name for c in evaluated if c.ok is False]
+        failed = [f"{c.name} ({c.cause})" if c.cause else c.name for c in evaluated if c.ok is False]
         parts = []
         if failed:
             parts.append("failed: " + "; ".join(failed))
