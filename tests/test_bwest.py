@@ -12,19 +12,17 @@ fidelity row LTE-6) and ``clawbed analyze bandwidth``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import struct
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from bulkflow import bulk_download
 
 from clawbed.errors import InputError
-from clawbed.netns import socket_in_namespace
 from clawbed.paths import REPO_ROOT
 from clawbed.traces import bwest
 
@@ -121,46 +119,8 @@ def bulk_with_capture(out: Path, ue: dict, **fields: object) -> None:
         core.ns.sysctl("net.ipv4.tcp_congestion_control", "cubic")
         ue_node.ns.sysctl("net.ipv4.tcp_rmem", "4096 131072 8388608")
         cap = ServerCapture(cell.res, core.ns, core.tun, out / "server.pcap")
-        listener = socket_in_namespace(core.name)
-        listener.bind((str(core.address), PORT))
-        listener.listen(1)
-        client = socket_in_namespace(ue_node.name)
-        stop = threading.Event()
-        try:
-            client.connect((str(core.address), PORT))
-            conn, _ = listener.accept()
-
-            def sink() -> None:
-                while not stop.is_set():
-                    try:
-                        if not client.recv(1 << 20):
-                            return
-                    except OSError:
-                        return
-
-            def pump() -> None:
-                data = b"\0" * (1 << 16)
-                while not stop.is_set():
-                    try:
-                        conn.send(data)
-                    except OSError:
-                        return
-
-            threads = [threading.Thread(target=sink, daemon=True), threading.Thread(target=pump, daemon=True)]
-            for t in threads:
-                t.start()
+        with bulk_download(core.name, ue_node.name, str(core.address), PORT):
             time.sleep(BULK_S)
-            stop.set()
-            for s in (conn, client):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            for t in threads:
-                t.join(timeout=5)
-            conn.close()
-        finally:
-            stop.set()
-            client.close()
-            listener.close()
         counts = cap.stop()
         (out / "capture-counts.json").write_text(json.dumps(counts))
         cell.stop()

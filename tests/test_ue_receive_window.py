@@ -21,7 +21,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from bulkflow import bulk_download
 
 from clawbed.claw import bpfobjects
 from clawbed.errors import InputError
-from clawbed.netns import socket_in_namespace
 from clawbed.paths import REPO_ROOT
 from clawbed.replay import drwa, rmem
 
@@ -194,50 +193,12 @@ def bulk_over_busy_cell(out: Path, label: str, *, ue_rmem: str | None = None, us
             if use_drwa:
                 ctl = stack.enter_context(drwa.Drwa(netns=ue.name, dev=ue.tun, run_id=cell.run_id, run_dir=out,
                                                     ledger=cell.res.ledger, log_path=out / "drwa.csv"))
-            listener = socket_in_namespace(core.name)
-            listener.bind((str(core.address), PORT))
-            listener.listen(1)
-            client = socket_in_namespace(ue.name)
-            stop = threading.Event()
             samples: list[tuple[int, ...]] = []
-            try:
-                client.connect((str(core.address), PORT))
-                conn, _ = listener.accept()
-
-                def sink() -> None:
-                    while not stop.is_set():
-                        try:
-                            if not client.recv(1 << 20):
-                                return
-                        except OSError:
-                            return
-
-                def pump() -> None:
-                    data = b"\0" * (1 << 16)
-                    while not stop.is_set():
-                        try:
-                            conn.send(data)
-                        except OSError:
-                            return
-
-                threads = [threading.Thread(target=sink, daemon=True), threading.Thread(target=pump, daemon=True)]
-                for t in threads:
-                    t.start()
+            with bulk_download(core.name, ue.name, str(core.address), PORT) as conn:
                 started_ns = time.time_ns()
                 while time.time_ns() - started_ns < seconds * 1e9:
                     samples.append((time.time_ns(), *_tcp_info(conn)))
                     time.sleep(0.05)
-                stop.set()
-                for s in (conn, client):
-                    with contextlib.suppress(OSError):
-                        s.shutdown(socket.SHUT_RDWR)
-                for t in threads:
-                    t.join(timeout=5)
-                conn.close()
-            finally:
-                stop.set()
-                client.close()
-                listener.close()
             if use_drwa:
                 extra["drwa"] = ctl.describe()
                 extra["drwa_flows"] = list(ctl.flow_windows().values())

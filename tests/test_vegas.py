@@ -15,13 +15,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import socket
 import struct
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from bulkflow import bulk_download
 
 from clawbed.claw import bpfobjects
 from clawbed.claw.schemes import SCHEMES, SchemeContext, UeEndpoint, get_scheme
@@ -214,51 +213,13 @@ def _bulk_over_busy_cell(out: Path, scheme_name: str) -> Bulk:
         scheme.setup(SchemeContext(resources=cell.res, run_dir=out, server_ns=core.ns,
                                    server_address=str(core.address), server_device=core.tun,
                                    ues=[UeEndpoint(ue.ns, str(ue.address), 0, ue.tun)]))
-        listener = socket_in_namespace(core.name)
-        listener.bind((str(core.address), PORT))
-        listener.listen(1)
-        client = socket_in_namespace(ue.name)
-        stop = threading.Event()
         samples: list[tuple[float, int, int]] = []
-        try:
-            client.connect((str(core.address), PORT))
-            conn, _ = listener.accept()
+        with bulk_download(core.name, ue.name, str(core.address), PORT) as conn:
             cc = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode()
-
-            def sink() -> None:
-                while not stop.is_set():
-                    try:
-                        if not client.recv(1 << 20):
-                            return
-                    except OSError:
-                        return
-
-            def pump() -> None:
-                data = b"\0" * (1 << 16)
-                while not stop.is_set():
-                    try:
-                        conn.send(data)
-                    except OSError:
-                        return
-
-            threads = [threading.Thread(target=sink, daemon=True), threading.Thread(target=pump, daemon=True)]
-            for t in threads:
-                t.start()
             started_ns = time.time_ns()
             while time.time_ns() - started_ns < BULK_S * 1e9:
                 samples.append((time.time_ns(), *_tcp_info(conn)))
                 time.sleep(0.05)
-            stop.set()
-            for s in (conn, client):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-            for t in threads:
-                t.join(timeout=5)
-            conn.close()
-        finally:
-            stop.set()
-            client.close()
-            listener.close()
         scheme.teardown()
         cell.stop()
     truth = read_truth(out / "truth.cbcol")
