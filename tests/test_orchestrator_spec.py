@@ -109,7 +109,7 @@ def test_expansion_and_stable_ids(tmp_path: Path) -> None:
 
 SUITES = Path(__file__).resolve().parents[1] / "orchestrator" / "suites"
 #: The figures of the CLAW paper's §6 that issue 6 asks the paper suite to reproduce.
-PAPER_FIGURES = ("Fig 12", "Fig 14", "Fig 16", "Fig 17", "Fig 18a", "Fig 18b", "Fig 18c", "Fig 18d", "Fig 18e",
+PAPER_FIGURES = ("Fig 12", "Fig 13", "Fig 14", "Fig 16", "Fig 17", "Fig 18a", "Fig 18b", "Fig 18c", "Fig 18d", "Fig 18e",
                  "Fig 18f", "Fig 19", "Fig 20")
 
 
