@@ -1,5 +1,8 @@
 """``clawbed analyze``: analyses of finished runs.
 
+``clawbed analyze airtime TARGET``: each load's data phase split by what held it up, from the
+emulator's ground truth (:mod:`clawbed.replay.airtime`), per run and scheme.
+
 ``clawbed analyze bandwidth RUN_DIR_OR_PCAP``: LTE13's passive bandwidth estimation
 (:mod:`clawbed.traces.bwest`) on a server-side capture, scored against the emulator's ground
 truth. The capture is ``server.pcap`` of a run (``clawbed replay --capture-server``, or any
@@ -22,9 +25,13 @@ from typing import Any
 
 import click
 import numpy as np
+from rich.console import Console
 
 from clawbed.emulator.truth import read_truth
 from clawbed.errors import InputError
+from clawbed.replay import airtime
+from clawbed.replay.rundir import RESULTS_JSONL, read_results
+from clawbed.tables import TerminalTable
 from clawbed.traces import bwest
 
 #: A window counts as saturated when the UE's queue was non-empty in this share of its subframes.
@@ -152,3 +159,57 @@ def bandwidth(target: Path, window_s: tuple[float, ...], c_mbit: float, delta_g_
                    f"({r['windows_with_estimate']} with an estimate, {r['windows_saturated']} saturated); "
                    f"mean |error| {mae} (paper at 1.0 s: {bwest.PAPER_MEAN_ERROR * 100:.1f} %), within ±1 Mbit/s "
                    f"{within}; true mean {truth_mean}")
+
+
+def run_dirs_under(target: Path) -> list[Path]:
+    """Every replay run directory at or below ``target`` (a run, a sweep, a suite, runs/)."""
+    if not target.exists():
+        raise InputError(f"{target}: no such file or directory")
+    found = sorted({p.parent for p in target.rglob(RESULTS_JSONL)})
+    if (target / RESULTS_JSONL).is_file():
+        found = sorted({target, *found})
+    if not found:
+        raise InputError(f"{target}: no replay run directory in it (no {RESULTS_JSONL} at or below it)")
+    return found
+
+
+def airtime_summary(run_dir: Path) -> list[dict[str, Any]]:
+    """Per scheme of one run: its loads' mean PLT and mean airtime split (:mod:`clawbed.replay.airtime`)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text()) if (run_dir / "manifest.json").is_file() else {}
+    config = manifest.get("config", {})
+    label = (f"{Path(config['trace']).stem}/{config.get('page')} ({run_dir.name})" if config.get("trace")
+             else run_dir.name)
+    per: dict[str, list[airtime.Airtime]] = {}
+    for record in read_results(run_dir):
+        split = airtime.load_airtime(run_dir, record)
+        if split is not None:
+            per.setdefault(record.scheme, []).append(split)
+    rows = []
+    for scheme, splits in per.items():
+        mean = {k: float(np.mean([getattr(s, k) for s in splits]))
+                for k in ("plt_ms", "queued_ms", "window_ms", "app_ms")}
+        rows.append({"run": str(run_dir), "label": label, "scheme": scheme, "loads": len(splits),
+                     **{k: round(v, 1) for k, v in mean.items()}})
+    return rows
+
+
+@analyze.command("airtime")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
+def airtime_command(target: Path, as_json: bool) -> None:
+    """Split each load's time by what held it up, from the ground truth: the UE's base-station
+    queue held data (the air set the pace), the queue was empty while the sender was
+    window-limited (the room a PHY-informed sender can take), or it was empty with nothing to
+    send (requests, parsing, handshakes). TARGET: a run directory or any folder of them. Means
+    per run and scheme, ms."""
+    rows = [row for run in run_dirs_under(target) for row in airtime_summary(run)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    table = TerminalTable(title="airtime of the loads' data phase (mean ms per load)")
+    for col in ("scenario", "scheme", "loads", "PLT", "queued at the BS", "window-limited", "nothing to send"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["label"], r["scheme"], str(r["loads"]), f"{r['plt_ms']:,.0f}", f"{r['queued_ms']:,.0f}",
+                      f"{r['window_ms']:,.0f}", f"{r['app_ms']:,.0f}")
+    Console(width=200).print(table)

@@ -39,7 +39,7 @@ _EXT_CONG = 1 << (4 - 1)
 SAMPLE_COLUMNS = (
     "t_unix_s", "flow", "state", "ca_state", "cc", "cwnd_pkts", "ssthresh_pkts", "mss_bytes", "cwnd_bytes",
     "srtt_ms", "rttvar_ms", "min_rtt_ms", "unacked_pkts", "delivered_pkts", "bytes_acked", "bytes_sent",
-    "retrans_total", "lost_pkts", "pacing_rate_bps", "delivery_rate_bps", "snd_wnd_bytes",
+    "retrans_total", "lost_pkts", "pacing_rate_bps", "delivery_rate_bps", "snd_wnd_bytes", "notsent_bytes",
     "w_claw_bytes", "w_cubic_bytes", "claw_mode",
 )
 #: tcp_info's "no pacing limit" (~0 bytes/s).
@@ -164,6 +164,9 @@ class TcpSampler:
             # The receiver's advertised window as the sender sees it (what a receive-buffer cap
             # limits): 0 from kernels before tcpi_snd_wnd existed.
             "snd_wnd_bytes": info.get("tcpi_snd_wnd") or None,
+            # Bytes the application wrote that the sender has not sent yet: > 0 means the
+            # window, pacing or the receiver held data back (replay.airtime reads it).
+            "notsent_bytes": info.get("tcpi_notsent_bytes"),
             "w_claw_bytes": None, "w_cubic_bytes": None, "claw_mode": None,
         }
         stats = claw.get(peer)
