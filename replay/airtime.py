@@ -97,3 +97,15 @@ def load_airtime(run_dir: Path, record: LoadRecord) -> Airtime | None:
         else:
             app += 1
     return Airtime(record.scheme, record.plt_ms, queued, window, app)
+
+
+def run_airtime(run_dir: Path) -> dict[int, Airtime]:
+    """Every finished load of a run directory by its index in the run (``LoadRecord.load``)."""
+    from clawbed.replay.rundir import read_results
+
+    out = {}
+    for record in read_results(run_dir):
+        split = load_airtime(run_dir, record)
+        if split is not None:
+            out[record.load] = split
+    return out

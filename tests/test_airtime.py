@@ -82,3 +82,23 @@ def test_cli_over_a_folder_of_runs(tmp_path: Path) -> None:
     assert (row["queued_ms"], row["window_ms"], row["app_ms"]) == (500, 1501, 0)
     with pytest.raises(InputError, match="no replay run directory"):
         run_dirs_under(tmp_path / "run" / "loads")
+
+
+def test_a_fidelity_rows_gain_cause_reads_the_split_of_each_scheme(tmp_path: Path) -> None:
+    from clawbed.orchestrator.fidelity.pageloads import gain_cause
+    from clawbed.orchestrator.store import LoadRow
+
+    # Cubic holds data back 0.5–1.0 s after its queue empties; claw never does.
+    cubic_dir, cubic = _run(tmp_path / "cubic", [_sample(0.0, notsent_bytes=0), _sample(0.9995, notsent_bytes=9),
+                                                 _sample(1.4995, notsent_bytes=0)])
+    claw_dir, claw = _run(tmp_path / "claw", [_sample(0.0, notsent_bytes=0)])
+
+    def row(run_dir: Path, scheme: str) -> LoadRow:
+        return LoadRow(suite="s", sweep="w", scenario_id="x", label="idle-cell/set-01/h2/s1", scheme=scheme,
+                       repetition=0, ok=True, plt_ms=2100.0, bytes_total=1, protocol="h2", error=None,
+                       run_dir=str(run_dir), load_index=0, t_start_unix_s=None, t_end_unix_s=None, recorded_unix_s=0.0)
+
+    cause = gain_cause([row(cubic_dir, "cubic"), row(claw_dir, "claw")])
+    assert "cubic held data back with the UE's base-station queue empty for 500 ms of its 2100 ms PLT (24 %" in cause
+    assert "claw: held back 0 ms, queued 500 ms, nothing to send 1501 ms" in cause
+    assert gain_cause([row(claw_dir, "claw")]) == ""  # no cubic loads: nothing to say
