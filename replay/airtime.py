@@ -24,9 +24,8 @@ The sums are ms. A sender that filled every window-limited subframe would still 
 from __future__ import annotations
 
 import bisect
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from clawbed.replay.records import LoadRecord
 from clawbed.replay.rundir import read_csv
@@ -44,9 +43,6 @@ class Airtime:
     queued_ms: int
     window_ms: int
     app_ms: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class _FlowStates:
