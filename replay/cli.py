@@ -112,10 +112,10 @@ def _bool(text: str) -> bool:
                    "calibrate a regression check)")
 @click.option("--rerun-late/--no-rerun-late", default=True, show_default=True,
               help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms")
-@click.option("--ue-rmem", "ue_rmem", metavar="PHONE[:NETWORK]|BYTES",
+@click.option("--ue-rmem", "ue_rmem", metavar="PHONE[:NETWORK]|BYTES|MIN,DEFAULT,MAX",
               help="cap the UE's TCP receive buffer (tcp_rmem max) as a phone of BB12's table did "
-                   "(galaxy-s2, htc-evo-shift, droid-charge, lg-g2x; e.g. galaxy-s2:hspa+) or at BYTES "
-                   "(default: uncapped, 8 MiB)")
+                   "(galaxy-s2, htc-evo-shift, droid-charge, lg-g2x; e.g. galaxy-s2:hspa+) or at BYTES, "
+                   "or set all three tcp_rmem values (default: 4096,131072,8MiB)")
 @click.option("--drwa/--no-drwa", default=False, show_default=True,
               help="DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)")
 @click.option("--capture-server", is_flag=True,

@@ -21,7 +21,10 @@ A UE setting (``clawbed replay --ue-rmem``, a suite condition's ``ue_rmem:``) is
 - ``PHONE`` — that phone's *Default* column (e.g. ``droid-charge``: 484848);
 - ``PHONE:NETWORK`` — one cell of the table (``galaxy-s2:hspa+``: 262144);
 - ``BYTES`` — any maximum, as a byte count or a size (``131712``, ``256KiB``): e.g. LTE13
-  §7.2's initial advertised window of 131,712 B, or BB12's better caps 655360 / 917504.
+  §7.2's initial advertised window of 131,712 B, or BB12's better caps 655360 / 917504;
+- ``MIN,DEFAULT,MAX`` — all three ``tcp_rmem`` values (sizes as above), e.g. an Android
+  per-network ``tcp_buffer_sizes`` entry. The default sets the first receive buffer, and with it
+  how fast the advertised window may open in a connection's first round trips.
 
 What is set in the UE namespace (:meth:`UeRmem.apply`), and why:
 
@@ -113,8 +116,27 @@ def _from_bytes(setting: str, max_bytes: int, flag: str) -> UeRmem:
     return UeRmem(setting, (PHONE_RMEM_MIN, min(UNCAPPED[1], max_bytes), max_bytes), PHONE_MODERATE_RCVBUF)
 
 
+def _triple(text: str, flag: str) -> UeRmem:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise InputError(f"{flag} {text}: MIN,DEFAULT,MAX takes three sizes, not {len(parts)}")
+    values = []
+    for name, part in zip(("MIN", "DEFAULT", "MAX"), parts):
+        try:
+            values.append(parse_size_bytes(part, flag))
+        except InputError:
+            raise InputError(f"{flag} {text}: {name} {part!r} is not a size (e.g. 4096, 1MiB)") from None
+    low, default, high = values
+    if not MIN_BYTES <= high <= MAX_BYTES:
+        raise InputError(f"{flag} {text}: MAX must be {MIN_BYTES} bytes .. 1 GiB")
+    if not 0 < low <= default <= high:
+        raise InputError(f"{flag} {text}: needs 0 < MIN ≤ DEFAULT ≤ MAX")
+    return UeRmem(text, (low, default, high), PHONE_MODERATE_RCVBUF)
+
+
 def resolve(value: str | int | None, flag: str = "--ue-rmem") -> UeRmem | None:
-    """``PHONE``, ``PHONE:NETWORK`` or a byte count / size → the setting (None → None).
+    """``PHONE``, ``PHONE:NETWORK``, a byte count / size, or ``MIN,DEFAULT,MAX`` → the
+    setting (None → None).
 
     Errors name ``flag`` (``--ue-rmem`` on the command line, ``ue_rmem`` in a spec) and what
     would be accepted."""
@@ -135,6 +157,8 @@ def resolve(value: str | int | None, flag: str = "--ue-rmem") -> UeRmem | None:
         default = min(PHONE_RMEM_DEFAULT, max_bytes)
         return UeRmem(text, (PHONE_RMEM_MIN, default, max_bytes), PHONE_MODERATE_RCVBUF, phone,
                       network or None)
+    if "," in text:
+        return _triple(text, flag)
     if text and (text[0].isdigit()):
         try:
             max_bytes = parse_size_bytes(text, flag)

@@ -56,6 +56,8 @@ def test_the_phone_table_is_bb12s() -> None:
     assert rmem.resolve(917504).max_bytes == 917504
     assert rmem.resolve(None) is None
     assert "galaxy-s2:hspa+" in rmem.choices()
+    # All three values, as Android's per-network tcp_buffer_sizes gives them.
+    assert rmem.resolve("524288, 1MiB, 2MiB").tcp_rmem == (524288, 1 << 20, 2 << 20)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -64,6 +66,9 @@ def test_the_phone_table_is_bb12s() -> None:
     ("12 parsecs", r"--ue-rmem 12 parsecs: not a size"),
     ("100", r"--ue-rmem 100: a receive-buffer maximum must be 4096 bytes .. 1 GiB"),
     (True, r"--ue-rmem True: give a phone"),
+    ("4096,1MiB", r"--ue-rmem 4096,1MiB: MIN,DEFAULT,MAX takes three sizes, not 2"),
+    ("4096,lots,8MiB", r"--ue-rmem 4096,lots,8MiB: DEFAULT 'lots' is not a size"),
+    ("4096,16MiB,8MiB", r"--ue-rmem 4096,16MiB,8MiB: needs 0 < MIN ≤ DEFAULT ≤ MAX"),
 ])
 def test_bad_ue_rmem_values_name_the_flag(bad: object, message: str) -> None:
     with pytest.raises(InputError, match=message):
