@@ -20,8 +20,9 @@ continuous bulk download in the same way (LTE13 §6.2: mean error 7.9 % at 1.0 s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -33,6 +34,9 @@ from clawbed.replay import airtime
 from clawbed.replay.rundir import RESULTS_JSONL, read_results
 from clawbed.tables import TerminalTable
 from clawbed.traces import bwest
+
+if TYPE_CHECKING:
+    from clawbed.orchestrator.store import LoadRow
 
 #: A window counts as saturated when the UE's queue was non-empty in this share of its subframes.
 SATURATED_SHARE = 0.95
@@ -161,6 +165,31 @@ def bandwidth(target: Path, window_s: tuple[float, ...], c_mbit: float, delta_g_
                    f"{within}; true mean {truth_mean}")
 
 
+AIRTIME_KEYS = ("plt_ms", "queued_ms", "window_ms", "app_ms")
+
+
+def mean_airtime(loads: Iterable[LoadRow], scheme: str, keep: Callable[[str], bool]) -> dict[str, float] | None:
+    """Mean airtime split (:mod:`clawbed.replay.airtime`) of the store's finished loads of
+    ``scheme`` whose label ``keep`` accepts, read from their run directories; None without any
+    (a run directory gone, or without series, gives no split)."""
+    runs: dict[str, dict[int, airtime.Airtime]] = {}
+    splits = []
+    for r in loads:
+        if r.scheme != scheme or not r.ok or r.run_dir is None or r.load_index is None or not keep(r.label):
+            continue
+        if r.run_dir not in runs:
+            try:
+                runs[r.run_dir] = airtime.run_airtime(Path(r.run_dir))
+            except (InputError, OSError, ValueError):
+                runs[r.run_dir] = {}
+        split = runs[r.run_dir].get(r.load_index)
+        if split is not None:
+            splits.append(split)
+    if not splits:
+        return None
+    return {k: float(np.mean([getattr(s, k) for s in splits])) for k in AIRTIME_KEYS}
+
+
 def run_dirs_under(target: Path) -> list[Path]:
     """Every replay run directory at or below ``target`` (a run, a sweep, a suite, runs/)."""
     if not target.exists():
@@ -186,8 +215,7 @@ def airtime_summary(run_dir: Path) -> list[dict[str, Any]]:
             per.setdefault(record.scheme, []).append(split)
     rows = []
     for scheme, splits in per.items():
-        mean = {k: float(np.mean([getattr(s, k) for s in splits]))
-                for k in ("plt_ms", "queued_ms", "window_ms", "app_ms")}
+        mean = {k: float(np.mean([getattr(s, k) for s in splits])) for k in AIRTIME_KEYS}
         rows.append({"run": str(run_dir), "label": label, "scheme": scheme, "loads": len(splits),
                      **{k: round(v, 1) for k, v in mean.items()}})
     return rows

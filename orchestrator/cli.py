@@ -133,17 +133,26 @@ def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
 @_spec_argument
 @click.option("--sweep", default=DEFAULT_SWEEP, show_default=True)
 @_store_option
-def suite_report(spec_path: Path, sweep: str, store_path: Path | None) -> None:
+@click.option("--airtime", is_flag=True,
+              help="add where the loads' time went by the ground truth (clawbed analyze airtime): for each "
+                   "comparison, the baseline's share queued at the base station, held back by the sender (the "
+                   "most a faster sender could save) and with nothing to send")
+def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: bool) -> None:
     """Each comparison of SPEC's ``paper:`` numbers next to what this testbed measured."""
-    from clawbed.orchestrator.report import COLUMNS, paper_rows
+    from clawbed.orchestrator.report import COLUMNS, airtime_notes, paper_rows
 
     spec = load_spec(spec_path)
     if not spec.spec.paper:
         raise InputError(f"{spec_path}: the spec has no paper: list of numbers to report")
     with Store(store_path) as store:
-        rows = paper_rows(spec.spec.paper, rg.samples_from_loads(store.loads(suite=spec.name, sweep=sweep)))
+        loads = store.loads(suite=spec.name, sweep=sweep)
+    rows = paper_rows(spec.spec.paper, rg.samples_from_loads(loads))
+    columns = list(COLUMNS)
+    if airtime:
+        columns.append("ground truth (share of PLT)")
+        rows = [(*r, note) for r, note in zip(rows, airtime_notes(spec.spec.paper, loads))]
     table = TerminalTable(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
-    for col in COLUMNS:
+    for col in columns:
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(*r)

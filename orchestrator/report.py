@@ -4,10 +4,17 @@ testbed does not model what the number is about."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from clawbed.orchestrator.analyze import mean_airtime
 from clawbed.orchestrator.regress import Sample
 from clawbed.orchestrator.spec import PaperNumber, label_matches
+
+if TYPE_CHECKING:
+    from clawbed.orchestrator.store import LoadRow
 
 NOT_RUN = "not run"
 NOT_EMULATED = "not emulated"
@@ -87,3 +94,35 @@ def paper_rows(numbers: list[PaperNumber], samples: dict[str, Sample]) -> list[t
             (measured, n), note = _measure(p, samples), p.note
         rows.append((p.figure, scenarios, _what(p), _paper_value(p), measured, n, note))
     return rows
+
+
+def _split_text(scheme: str, split: dict[str, float] | None, *, full: bool) -> str:
+    if split is None:
+        return f"{scheme}: no series"
+    plt = split["plt_ms"] or float("nan")
+    held = f"held back {split['window_ms'] / plt:.0%}"
+    if not full:
+        return f"{scheme} {held}"
+    return (f"{scheme} ({split['plt_ms'] / 1000:.2f} s): queued at the BS {split['queued_ms'] / plt:.0%}, {held}, "
+            f"nothing to send {split['app_ms'] / plt:.0%}")
+
+
+def airtime_notes(numbers: list[PaperNumber], loads: Iterable[LoadRow]) -> list[str]:
+    """Per paper number, where its loads' time went by the ground truth (``clawbed analyze
+    airtime``): for a comparison, the ``versus`` scheme's split (its held-back share is the most
+    a faster sender could take off) and the compared scheme's held-back share; else the
+    scheme's split. Empty for numbers not measured."""
+    rows = list(loads)
+    notes = []
+    for p in numbers:
+        if p.not_emulated is not None or p.missing is not None:
+            notes.append("")
+            continue
+        mine = mean_airtime(rows, p.scheme, lambda label, m=p.match: label_matches(m, label))
+        if p.versus is None:
+            notes.append(_split_text(p.scheme, mine, full=True) if mine else "")
+            continue
+        other = mean_airtime(rows, p.versus, lambda label, m=p.versus_match or p.match: label_matches(m, label))
+        notes.append(f"{_split_text(p.versus, other, full=True)}; {_split_text(p.scheme, mine, full=False)}"
+                     if mine and other else "")
+    return notes

@@ -11,6 +11,9 @@ from click.testing import CliRunner
 
 from clawbed.errors import InputError
 from clawbed.orchestrator.analyze import analyze, run_dirs_under
+from clawbed.orchestrator.report import airtime_notes
+from clawbed.orchestrator.spec import PaperNumber
+from clawbed.orchestrator.store import LoadRow
 from clawbed.replay.airtime import load_airtime
 from clawbed.replay.records import LoadRecord
 from clawbed.replay.run import TRUTH_CSV_COLUMNS
@@ -84,21 +87,40 @@ def test_cli_over_a_folder_of_runs(tmp_path: Path) -> None:
         run_dirs_under(tmp_path / "run" / "loads")
 
 
-def test_a_fidelity_rows_gain_cause_reads_the_split_of_each_scheme(tmp_path: Path) -> None:
-    from clawbed.orchestrator.fidelity.pageloads import gain_cause
-    from clawbed.orchestrator.store import LoadRow
-
-    # Cubic holds data back 0.5–1.0 s after its queue empties; claw never does.
-    cubic_dir, cubic = _run(tmp_path / "cubic", [_sample(0.0, notsent_bytes=0), _sample(0.9995, notsent_bytes=9),
-                                                 _sample(1.4995, notsent_bytes=0)])
-    claw_dir, claw = _run(tmp_path / "claw", [_sample(0.0, notsent_bytes=0)])
+def _two_schemes(tmp_path: Path) -> list[LoadRow]:
+    """A cubic load that holds data back 0.5–1.0 s after its queue empties, a claw load that never does."""
+    cubic_dir, _ = _run(tmp_path / "cubic", [_sample(0.0, notsent_bytes=0), _sample(0.9995, notsent_bytes=9),
+                                             _sample(1.4995, notsent_bytes=0)])
+    claw_dir, _ = _run(tmp_path / "claw", [_sample(0.0, notsent_bytes=0)])
 
     def row(run_dir: Path, scheme: str) -> LoadRow:
         return LoadRow(suite="s", sweep="w", scenario_id="x", label="idle-cell/set-01/h2/s1", scheme=scheme,
                        repetition=0, ok=True, plt_ms=2100.0, bytes_total=1, protocol="h2", error=None,
                        run_dir=str(run_dir), load_index=0, t_start_unix_s=None, t_end_unix_s=None, recorded_unix_s=0.0)
 
-    cause = gain_cause([row(cubic_dir, "cubic"), row(claw_dir, "claw")])
+    return [row(cubic_dir, "cubic"), row(claw_dir, "claw")]
+
+
+def test_a_fidelity_rows_gain_cause_reads_the_split_of_each_scheme(tmp_path: Path) -> None:
+    from clawbed.orchestrator.fidelity.pageloads import gain_cause
+
+    rows = _two_schemes(tmp_path)
+    cause = gain_cause(rows)
     assert "cubic held data back with the UE's base-station queue empty for 500 ms of its 2100 ms PLT (24 %" in cause
     assert "claw: held back 0 ms, queued 500 ms, nothing to send 1501 ms" in cause
-    assert gain_cause([row(claw_dir, "claw")]) == ""  # no cubic loads: nothing to say
+    assert gain_cause(rows[1:]) == ""  # no cubic loads: nothing to say
+
+
+def test_the_paper_report_sets_each_comparison_beside_its_ground_truth(tmp_path: Path) -> None:
+    rows = _two_schemes(tmp_path)
+    numbers = [PaperNumber(figure="F", match="idle-cell/", metric="reduction_pct", scheme="claw", versus="cubic",
+                           value=50, note="n"),
+               PaperNumber(figure="F", match="idle-cell/", metric="rank", scheme="claw", value=1, note="n"),
+               PaperNumber(figure="F", match="busy-cell/", metric="rank", scheme="claw", value=1, note="n"),
+               PaperNumber(figure="F", match="idle-cell/", metric="rank", scheme="claw", value=1, note="n",
+                           not_emulated="phone hardware")]
+    notes = airtime_notes(numbers, rows)
+    assert notes[0] == ("cubic (2.10 s): queued at the BS 24%, held back 24%, nothing to send 48%; "
+                        "claw held back 0%")
+    assert notes[1] == "claw (2.10 s): queued at the BS 24%, held back 0%, nothing to send 71%"
+    assert notes[2:] == ["", ""]  # no loads there; not emulated

@@ -18,11 +18,11 @@ import numpy as np
 import plotly.graph_objects as go
 import yaml
 
+from clawbed.orchestrator.analyze import mean_airtime
 from clawbed.orchestrator.fidelity.harness import RowContext, constant_trace, fmt, rate_bps, save_figure, spearman
 from clawbed.orchestrator.fidelity.mechanisms import presence
 from clawbed.orchestrator.fidelity.results import Check, Outcome
 from clawbed.orchestrator.store import LoadRow
-from clawbed.replay.airtime import Airtime, run_airtime
 
 
 def run_spec(ctx: RowContext, matrices: list[dict[str, Any]], **top: Any) -> list[LoadRow]:
@@ -522,26 +522,9 @@ def _by(pl: dict[tuple[str, str, str, str], list[float]], scheme: str, trace: st
 
 
 def airtime_of(loads: list[LoadRow], scheme: str, **where: str) -> dict[str, float] | None:
-    """Mean airtime split (:mod:`clawbed.replay.airtime`) of ``scheme``'s finished loads whose
-    label contains each of ``where``'s values; None without any."""
-    runs: dict[str, dict[int, Airtime]] = {}
-    splits = []
-    for r in loads:
-        if r.scheme != scheme or not r.ok or r.run_dir is None or r.load_index is None:
-            continue
-        if not all(v in r.label for v in where.values()):
-            continue
-        if r.run_dir not in runs:
-            try:
-                runs[r.run_dir] = run_airtime(Path(r.run_dir))
-            except Exception:  # noqa: BLE001 - a run without series gives no split, not an error
-                runs[r.run_dir] = {}
-        split = runs[r.run_dir].get(r.load_index)
-        if split is not None:
-            splits.append(split)
-    if not splits:
-        return None
-    return {k: float(np.mean([getattr(s, k) for s in splits])) for k in ("plt_ms", "queued_ms", "window_ms", "app_ms")}
+    """Mean airtime split of ``scheme``'s finished loads whose label contains each of ``where``'s
+    values (:func:`clawbed.orchestrator.analyze.mean_airtime`)."""
+    return mean_airtime(loads, scheme, lambda label: all(v in label for v in where.values()))
 
 
 def gain_cause(loads: list[LoadRow], scheme: str = "claw", versus: str = "cubic", **where: str) -> str:
