@@ -4,7 +4,7 @@ testbed does not model what the number is about."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,6 +107,10 @@ def _split_text(scheme: str, split: dict[str, float] | None, *, full: bool) -> s
             f"nothing to send {split['app_ms'] / plt:.0%}")
 
 
+def _matcher(pattern: str) -> Callable[[str], bool]:
+    return lambda label: label_matches(pattern, label)
+
+
 def airtime_notes(numbers: list[PaperNumber], loads: Iterable[LoadRow]) -> list[str]:
     """Per paper number, where its loads' time went by the ground truth (``clawbed analyze
     airtime``): for a comparison, the ``versus`` scheme's split (its held-back share is the most
@@ -118,11 +122,11 @@ def airtime_notes(numbers: list[PaperNumber], loads: Iterable[LoadRow]) -> list[
         if p.not_emulated is not None or p.missing is not None:
             notes.append("")
             continue
-        mine = mean_airtime(rows, p.scheme, lambda label, m=p.match: label_matches(m, label))
+        mine = mean_airtime(rows, p.scheme, _matcher(p.match))
         if p.versus is None:
             notes.append(_split_text(p.scheme, mine, full=True) if mine else "")
             continue
-        other = mean_airtime(rows, p.versus, lambda label, m=p.versus_match or p.match: label_matches(m, label))
+        other = mean_airtime(rows, p.versus, _matcher(p.versus_match or p.match))
         notes.append(f"{_split_text(p.versus, other, full=True)}; {_split_text(p.scheme, mine, full=False)}"
                      if mine and other else "")
     return notes
