@@ -391,7 +391,10 @@ def transport_loss(ctx: RowContext) -> Outcome:
     drops = order["drop_overflow_drops"] + order["drop_rlc_drops"]
     out.checks += [
         Check("median per-flow retransmission rate", fmt(med * 100, "%", 3), "≤ 0.1 % (paper 0.06 %)", med <= 0.001),
-        Check("flows with zero retransmissions", fmt(zero * 100, "%"), "≥ 30 % (paper 38.1 %)", zero >= 0.3),
+        Check("flows with zero retransmissions", fmt(zero * 100, "%"), "≥ 30 % (paper 38.1 %)", zero >= 0.3,
+              cause=(f"the criterion is a lower bound: {fmt(zero * 100, '%')} of the testbed's web flows had no "
+                     f"retransmission, where LTE13 found 38.1 % (62 % of its flows retransmitted): the cell loses "
+                     f"less often than the measured flows did" if zero > 0.6 else "")),
         Check("bulk-run loss (retransmitted / sent bytes)", fmt(bulk_loss * 100, "%", 3), "< 1 %", bulk_loss < 0.01),
         # The cell's own reordering, from the packet log: RLC AM delivers in order, so any
         # inversion would be a defect. The UE kernel's rcv_ooopack is not a reordering count:
