@@ -31,7 +31,7 @@ from rich.console import Console
 from clawbed.emulator.truth import read_truth
 from clawbed.errors import InputError
 from clawbed.replay import airtime
-from clawbed.replay.rundir import RESULTS_JSONL, read_results
+from clawbed.replay.rundir import RESULTS_JSONL
 from clawbed.tables import TerminalTable
 from clawbed.traces import bwest
 
@@ -209,10 +209,8 @@ def airtime_summary(run_dir: Path) -> list[dict[str, Any]]:
     label = (f"{Path(config['trace']).stem}/{config.get('page')} ({run_dir.name})" if config.get("trace")
              else run_dir.name)
     per: dict[str, list[airtime.Airtime]] = {}
-    for record in read_results(run_dir):
-        split = airtime.load_airtime(run_dir, record)
-        if split is not None:
-            per.setdefault(record.scheme, []).append(split)
+    for split in airtime.run_airtime(run_dir).values():
+        per.setdefault(split.scheme, []).append(split)
     rows = []
     for scheme, splits in per.items():
         mean = {k: float(np.mean([getattr(s, k) for s in splits])) for k in AIRTIME_KEYS}
@@ -226,16 +224,16 @@ def airtime_summary(run_dir: Path) -> list[dict[str, Any]]:
 @click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
 def airtime_command(target: Path, as_json: bool) -> None:
     """Split each load's time by what held it up, from the ground truth: the UE's base-station
-    queue held data (the air set the pace), the queue was empty while the sender was
-    window-limited (the room a PHY-informed sender can take), or it was empty with nothing to
-    send (requests, parsing, handshakes). TARGET: a run directory or any folder of them. Means
+    queue held data (the air set the pace), the queue was empty while the sender held data back
+    (its window, pacing or the receiver stopped it: the room a faster sender can take), or it
+    was empty with nothing to send (requests, parsing, handshakes). TARGET: a run directory or any folder of them. Means
     per run and scheme, ms."""
     rows = [row for run in run_dirs_under(target) for row in airtime_summary(run)]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
     table = TerminalTable(title="airtime of the loads' data phase (mean ms per load)")
-    for col in ("scenario", "scheme", "loads", "PLT", "queued at the BS", "window-limited", "nothing to send"):
+    for col in ("scenario", "scheme", "loads", "PLT", "queued at the BS", "held back by the sender", "nothing to send"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["label"], r["scheme"], str(r["loads"]), f"{r['plt_ms']:,.0f}", f"{r['queued_ms']:,.0f}",

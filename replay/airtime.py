@@ -27,8 +27,9 @@ import bisect
 from dataclasses import dataclass
 from pathlib import Path
 
+from clawbed.errors import InputError
 from clawbed.replay.records import LoadRecord
-from clawbed.replay.rundir import read_csv
+from clawbed.replay.rundir import read_csv, read_results
 
 #: A flow counts as window-limited when its packets in flight reach its cwnd less this many.
 WINDOW_SLACK_PKTS = 1
@@ -76,17 +77,24 @@ def load_airtime(run_dir: Path, record: LoadRecord) -> Airtime | None:
     if not record.ok or record.plt_ms is None or record.t_end_unix_s is None or not record.load_dir:
         return None
     load_dir = run_dir / record.load_dir
-    truth, tcp = read_csv(load_dir / "truth.csv"), read_csv(load_dir / "tcp.csv")
+    truth_path = load_dir / "truth.csv"
+    truth, tcp = read_csv(truth_path), read_csv(load_dir / "tcp.csv")
     if not truth.get("t_unix_s"):
         return None
+    if "queue_bytes" not in truth:
+        raise InputError(f"{truth_path}: no queue_bytes column (not a replay's ground truth)")
     start = record.t_first_flow_unix_s or record.t_start_unix_s or 0.0
     flows = _FlowStates(tcp)
     queued = window = app = 0
-    for t, queue in zip(truth["t_unix_s"], truth["queue_bytes"]):
-        at = float(t)
+    for line, (t, queue_text) in enumerate(zip(truth["t_unix_s"], truth["queue_bytes"]), start=2):
+        try:
+            at, queue = float(t), int(queue_text)
+        except ValueError:
+            raise InputError(f"{truth_path}:{line}: t_unix_s {t!r} / queue_bytes {queue_text!r} is not a "
+                             f"number") from None
         if at < start or at > record.t_end_unix_s:
             continue
-        if int(queue) > 0:
+        if queue > 0:
             queued += 1
         elif flows.window_limited(at):
             window += 1
@@ -97,8 +105,6 @@ def load_airtime(run_dir: Path, record: LoadRecord) -> Airtime | None:
 
 def run_airtime(run_dir: Path) -> dict[int, Airtime]:
     """Every finished load of a run directory by its index in the run (``LoadRecord.load``)."""
-    from clawbed.replay.rundir import read_results
-
     out = {}
     for record in read_results(run_dir):
         split = load_airtime(run_dir, record)

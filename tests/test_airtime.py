@@ -71,6 +71,18 @@ def test_runs_without_notsent_fall_back_to_in_flight_against_cwnd(tmp_path: Path
     assert split is not None and (split.queued_ms, split.window_ms, split.app_ms) == (500, 300, 1201)
 
 
+def test_a_malformed_ground_truth_names_the_file_and_line(tmp_path: Path) -> None:
+    run_dir, record = _run(tmp_path, [_sample(0.0, notsent_bytes=0)])
+    truth = run_dir / record.load_dir / "truth.csv"
+    lines = truth.read_text().splitlines()
+    fields = lines[3].split(",")
+    fields[TRUTH_CSV_COLUMNS.index("queue_bytes")] = "lots"
+    lines[3] = ",".join(fields)
+    truth.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"truth.csv:4: t_unix_s .* queue_bytes 'lots' is not a number"):
+        load_airtime(run_dir, record)
+
+
 def test_a_failed_load_has_no_split(tmp_path: Path) -> None:
     run_dir, record = _run(tmp_path, [_sample(0.0, notsent_bytes=0)], ok=False)
     assert load_airtime(run_dir, record) is None
