@@ -58,7 +58,7 @@ from clawbed.orchestrator.network.crosstraffic import (
 )
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
-from clawbed.replay import drwa, loaders, pages, rmem, webserver
+from clawbed.replay import cpus, drwa, loaders, pages, rmem, webserver
 from clawbed.replay.capture import ServerCapture
 from clawbed.replay.lateness import LoadTiming, cpu_pressure_us, cpu_ticks, judge, pressure_between, steal_between
 from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
@@ -174,6 +174,9 @@ class ReplayConfig:
     #: demotes as between the SPDY paper's page views (60 s apart), s. In the load's
     #: ``overhead_ms`` as ``idle_before``; outside its timing-integrity span.
     idle_before_s: float = 0.0
+    #: Keep the run's processes off one CPU and run the emulator's clock and writer there
+    #: (``replay/cpus.py``: why); False, or fewer than two CPUs: everything shares every CPU.
+    reserve_emulator_cpu: bool = True
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -470,6 +473,11 @@ class Replay:
 
     def _run_in(self, res: Resources) -> None:
         cfg = self.config
+        cpu_plan = cpus.plan_cpus(cpus.allowed_cpus()) if cfg.reserve_emulator_cpu else None
+        if cpu_plan is not None:
+            # First, so everything the run starts inherits the set, and last to be undone.
+            res.enter_context(cpus.ProcessConfined(cpu_plan.others))
+        self.run_dir.write_manifest(cpus=cpu_plan.describe() if cpu_plan else None)
         topo = Topology(res, n_ues=1 + len(cfg.other_ues))
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
@@ -492,8 +500,11 @@ class Replay:
         ue_settings: dict[str, Any] = {"trace": cfg.trace}
         if cfg.bs_buffer_bytes is not None:
             ue_settings["cell"] = {"queue_limit_bytes": cfg.bs_buffer_bytes}
+        emu_fields = _emulator_fields(cfg, core_rtt_ms)
+        if cpu_plan is not None:
+            emu_fields["affinity"] = cpu_plan.emulator_affinity()
         emu_config = EmulatorConfig.for_topology(topo, output_dir=self.run_dir.emulator_dir, ue=ue_settings,
-                                                 **_emulator_fields(cfg, core_rtt_ms))
+                                                 **emu_fields)
         emu = Emulator(res, emu_config).start()
         self.emulator_pid = emu.pid
         ue_drwa = None
