@@ -19,6 +19,8 @@ continuous bulk download in the same way (LTE13 §6.2: mean error 7.9 % at 1.0 s
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -170,24 +172,41 @@ AIRTIME_KEYS = ("plt_ms", "queued_ms", "window_ms", "app_ms")
 
 def mean_airtime(loads: Iterable[LoadRow], scheme: str, keep: Callable[[str], bool]) -> dict[str, float] | None:
     """Mean airtime split (:mod:`clawbed.replay.airtime`) of the store's finished loads of
-    ``scheme`` whose label ``keep`` accepts, read from their run directories; None without any
-    (a run directory gone, or without series, gives no split)."""
-    runs: dict[str, dict[int, airtime.Airtime]] = {}
-    splits = []
-    for r in loads:
-        if r.scheme != scheme or not r.ok or r.run_dir is None or r.load_index is None or not keep(r.label):
-            continue
-        if r.run_dir not in runs:
-            try:
-                runs[r.run_dir] = airtime.run_airtime(Path(r.run_dir))
-            except (InputError, OSError, ValueError):
-                runs[r.run_dir] = {}
-        split = runs[r.run_dir].get(r.load_index)
-        if split is not None:
-            splits.append(split)
+    ``scheme`` whose label ``keep`` accepts: as stored with each load, else read from its run
+    directory; None without any (a run directory gone, or without series, gives no split)."""
+    splits = [s for r in loads if r.scheme == scheme and keep(r.label) and (s := load_split(r)) is not None]
     if not splits:
         return None
     return {k: float(np.mean([getattr(s, k) for s in splits])) for k in AIRTIME_KEYS}
+
+
+@functools.lru_cache(maxsize=64)
+def _run_splits(run_dir: str) -> dict[int, airtime.Airtime]:
+    try:
+        return airtime.run_airtime(Path(run_dir))
+    except (InputError, OSError, ValueError):
+        return {}
+
+
+def load_split(row: LoadRow) -> airtime.Airtime | None:
+    """One recorded load's airtime split: the store's, else its run directory's, else None."""
+    if not row.ok:
+        return None
+    stored = row.airtime()
+    if stored is not None or row.run_dir is None or row.load_index is None:
+        return stored
+    return _run_splits(row.run_dir).get(row.load_index)
+
+
+def with_airtime(rows: list[LoadRow]) -> list[LoadRow]:
+    """The rows with their airtime columns filled from their run directories where the store
+    has none (an export then carries the split to a machine without the runs)."""
+    out = []
+    for r in rows:
+        split = load_split(r) if r.airtime() is None else None
+        out.append(dataclasses.replace(r, airtime_queued_ms=split.queued_ms, airtime_window_ms=split.window_ms,
+                                       airtime_app_ms=split.app_ms) if split else r)
+    return out
 
 
 def run_dirs_under(target: Path) -> list[Path]:

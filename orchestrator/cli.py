@@ -14,9 +14,10 @@ from rich.console import Console
 
 from clawbed.errors import InputError
 from clawbed.orchestrator import regress as rg
+from clawbed.orchestrator.analyze import with_airtime
 from clawbed.orchestrator.runner import Executor, make_executor, run_suite
 from clawbed.orchestrator.spec import load_spec
-from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows
+from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows, read_csv_rows
 from clawbed.tables import TerminalTable
 
 _store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
@@ -180,6 +181,9 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
         raise InputError(f"--store {path}: no result store there yet")
     with Store(path) as store:
         rows = store.loads(suite=_suite_name(suite_ref) if suite_ref else None, sweep=sweep, scenario=scenario)
+    if fmt != "table":
+        # An export carries each load's airtime split, so a machine without the runs can report it.
+        rows = with_airtime(rows)
     if fmt == "json":
         for r in rows:
             click.echo(json.dumps(r.as_dict()))
@@ -195,6 +199,22 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
                           f"{r.plt_ms:,.0f}" if r.plt_ms is not None else "–", str(r.bytes_total or "–"),
                           r.protocol or "–", r.error or "")
         _console().print(table)
+
+
+@results.command("import")
+@click.argument("csv_path", metavar="CSV", type=click.Path(path_type=Path))
+@_store_option
+def results_import(csv_path: Path, store_path: Path | None) -> None:
+    """Record the loads of CSV (written by `results query --format csv` on another machine or
+    kept from an earlier sweep) in the store; loads it holds already are kept as they are, so
+    `suite run --resume` then runs only what neither measured."""
+    rows = read_csv_rows(csv_path)
+    with Store(store_path) as store:
+        added = store.import_rows(rows)
+        where = store.path
+    sweeps = sorted({(r.suite, r.sweep) for r in rows})
+    click.echo(f"{csv_path}: {len(rows)} load(s) of {', '.join(f'{s} (sweep {w})' for s, w in sweeps) or 'nothing'}; "
+               f"{added} added to {where}, {len(rows) - added} recorded already")
 
 
 def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, json_path: Path | None,

@@ -40,10 +40,20 @@ from clawbed.orchestrator.network.crosstraffic import CrossTrafficSpec, OtherUeS
 from clawbed.orchestrator.spec import LoadedSpec, Scenario, materialize_trace
 from clawbed.orchestrator.store import DEFAULT_SWEEP, LoadRow, Store
 from clawbed.paths import runs_dir, state_dir
+from clawbed.replay import airtime
 from clawbed.replay.records import LoadRecord
 from clawbed.replay.run import Replay, ReplayConfig, ReplayEvent
 
-#: One finished load as the replay reports it (``replay.run`` record: scheme, round, ok, plt_ms…).
+
+def _airtime_or_none(run_dir: Path | None, record: LoadRecord) -> airtime.Airtime | None:
+    """The load's airtime split for the store; None when its files are not here (a run on
+    another Ray node) or cannot be read (the load itself stays recorded)."""
+    if run_dir is None or not record.ok:
+        return None
+    try:
+        return airtime.load_airtime(Path(run_dir), record)
+    except (InputError, OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -546,7 +556,8 @@ def run_suite(spec: LoadedSpec, store: Store, *, sweep: str = DEFAULT_SWEEP, res
     def on_load(job: ReplayJob, record: LoadRecord) -> None:
         sc = job.scenario
         row = LoadRow.from_record(record, suite=suite, sweep=sweep, scenario_id=sc.id, label=sc.label,
-                                  run_dir=str(job.run_dir), recorded_unix_s=time.time())
+                                  run_dir=str(job.run_dir), recorded_unix_s=time.time(),
+                                  airtime=_airtime_or_none(job.run_dir, record))
         if store.record_load(row):
             summary.recorded += 1
             summary.late_reruns += row.late_reruns

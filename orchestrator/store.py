@@ -9,7 +9,9 @@ Tables::
     loads      (suite, sweep, scenario_id, scheme, repetition) UNIQUE → label, ok, plt_ms,
                bytes_total, protocol, error, run_dir, load index in its run, start/end
                (Unix s), recorded (Unix s), trace_ms, timing integrity (timing_ok,
-               late_reruns, worst subframe lateness and delivery error, steal %)
+               late_reruns, worst subframe lateness and delivery error, steal %), the
+               ground truth's airtime split (queued at the base station, held back by the
+               server, nothing to send; ms)
 
 A *sweep* names one campaign of a suite in the store (default ``main``): a regression check
 runs its own sweep so that it measures afresh instead of reusing earlier results.
@@ -21,6 +23,7 @@ written as a point of measurement ``orchestrator_load`` through
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sqlite3
@@ -33,6 +36,7 @@ from typing import Any
 from clawbed.dashboards.metrics import MetricsWriter, Point
 from clawbed.errors import InputError
 from clawbed.paths import runs_dir
+from clawbed.replay.airtime import Airtime
 from clawbed.replay.records import LoadRecord
 
 DEFAULT_SWEEP = "main"
@@ -55,18 +59,21 @@ CREATE TABLE IF NOT EXISTS loads (
     t_start_unix_s REAL, t_end_unix_s REAL, recorded_unix_s REAL NOT NULL,
     trace_ms INTEGER, timing_ok INTEGER, late_reruns INTEGER NOT NULL DEFAULT 0, subframe_late_max_ms REAL,
     delivery_err_max_ms REAL, steal_pct REAL, cpu_wait_pct REAL,
+    airtime_queued_ms INTEGER, airtime_window_ms INTEGER, airtime_app_ms INTEGER,
     UNIQUE (suite, sweep, scenario_id, scheme, repetition));
 CREATE INDEX IF NOT EXISTS loads_by_scenario ON loads (suite, sweep, scenario_id);
 """
 LOAD_COLUMNS = ("suite", "sweep", "scenario_id", "label", "scheme", "repetition", "ok", "plt_ms", "bytes_total",
                 "protocol", "error", "run_dir", "load_index", "t_start_unix_s", "t_end_unix_s", "recorded_unix_s",
                 "trace_ms", "timing_ok", "late_reruns", "subframe_late_max_ms", "delivery_err_max_ms", "steal_pct",
-                "cpu_wait_pct")
+                "cpu_wait_pct", "airtime_queued_ms", "airtime_window_ms", "airtime_app_ms")
 #: Columns a later version added to ``loads``, with their SQL types: a store made before them
 #: gets them on opening (NULL in its old rows).
 _ADDED_LOAD_COLUMNS = (("trace_ms", "INTEGER"), ("timing_ok", "INTEGER"),
                        ("late_reruns", "INTEGER NOT NULL DEFAULT 0"), ("subframe_late_max_ms", "REAL"),
-                       ("delivery_err_max_ms", "REAL"), ("steal_pct", "REAL"), ("cpu_wait_pct", "REAL"))
+                       ("delivery_err_max_ms", "REAL"), ("steal_pct", "REAL"), ("cpu_wait_pct", "REAL"),
+                       ("airtime_queued_ms", "INTEGER"), ("airtime_window_ms", "INTEGER"),
+                       ("airtime_app_ms", "INTEGER"))
 
 
 def default_store_path() -> Path:
@@ -105,11 +112,17 @@ class LoadRow:
     steal_pct: float | None = None
     #: % of the load's time some task waited for a CPU (``LoadRecord.cpu_wait_pct``).
     cpu_wait_pct: float | None = None
+    #: Where the load's data phase went by the ground truth (``clawbed.replay.airtime``), ms:
+    #: data queued at the base station, the server holding data back, nothing to send. Kept
+    #: in the store so a report needs no run directory (None: not computed).
+    airtime_queued_ms: int | None = None
+    airtime_window_ms: int | None = None
+    airtime_app_ms: int | None = None
 
     @classmethod
     def from_record(cls, record: LoadRecord, *, suite: str, sweep: str, scenario_id: str, label: str,
-                    run_dir: str | None, recorded_unix_s: float) -> LoadRow:
-        """The row of a replay's load record."""
+                    run_dir: str | None, recorded_unix_s: float, airtime: Airtime | None = None) -> LoadRow:
+        """The row of a replay's load record (with its airtime split, when computed)."""
         return cls(suite=suite, sweep=sweep, scenario_id=scenario_id, label=label, scheme=record.scheme,
                    repetition=record.round, ok=record.ok, plt_ms=record.plt_ms, bytes_total=record.bytes_total,
                    protocol=record.protocol, error=record.error, run_dir=run_dir, load_index=record.load,
@@ -117,7 +130,17 @@ class LoadRow:
                    recorded_unix_s=recorded_unix_s, trace_ms=record.trace_ms, timing_ok=record.timing_ok,
                    late_reruns=record.late_reruns, subframe_late_max_ms=record.subframe_late_max_ms,
                    delivery_err_max_ms=record.delivery_err_max_ms, steal_pct=record.steal_pct,
-                   cpu_wait_pct=record.cpu_wait_pct)
+                   cpu_wait_pct=record.cpu_wait_pct,
+                   airtime_queued_ms=airtime.queued_ms if airtime else None,
+                   airtime_window_ms=airtime.window_ms if airtime else None,
+                   airtime_app_ms=airtime.app_ms if airtime else None)
+
+    def airtime(self) -> Airtime | None:
+        """The stored airtime split, or None when it was not computed."""
+        if None in (self.plt_ms, self.airtime_queued_ms, self.airtime_window_ms, self.airtime_app_ms):
+            return None
+        return Airtime(self.scheme, float(self.plt_ms or 0.0), int(self.airtime_queued_ms or 0),
+                       int(self.airtime_window_ms or 0), int(self.airtime_app_ms or 0))
 
     def as_dict(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in LOAD_COLUMNS}
@@ -193,10 +216,7 @@ class Store:
         """Record one finished load in its own transaction; False (and nothing written) when
         that (scenario, scheme, repetition) is already recorded."""
         with self._transaction():
-            cur = self._db.execute(
-                f"INSERT OR IGNORE INTO loads ({', '.join(LOAD_COLUMNS)}) VALUES ({', '.join('?' * len(LOAD_COLUMNS))})",
-                tuple(int(v) if isinstance(v, bool) else v for v in (getattr(row, c) for c in LOAD_COLUMNS)))
-            added = cur.rowcount == 1
+            added = self._insert(row)
         if added and self._metrics is not None:
             self._metrics.add(Point(INFLUX_MEASUREMENT,
                                     {"suite": row.suite, "sweep": row.sweep, "scenario": row.scenario_id,
@@ -212,6 +232,22 @@ class Store:
                                     int((row.t_end_unix_s or row.recorded_unix_s) * 1e9)))
             self._metrics.send()
         return added
+
+    def import_rows(self, rows: list[LoadRow]) -> int:
+        """Record loads measured elsewhere (:func:`read_csv_rows`), all in one transaction;
+        the number added (a load already recorded is kept as it is)."""
+        added = 0
+        with self._transaction():
+            for row in rows:
+                added += self._insert(row)
+        return added
+
+    def _insert(self, row: LoadRow) -> bool:
+        """Insert one load inside the caller's transaction; False when it is recorded already."""
+        cur = self._db.execute(
+            f"INSERT OR IGNORE INTO loads ({', '.join(LOAD_COLUMNS)}) VALUES ({', '.join('?' * len(LOAD_COLUMNS))})",
+            tuple(int(v) if isinstance(v, bool) else v for v in (getattr(row, c) for c in LOAD_COLUMNS)))
+        return cur.rowcount == 1
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -279,7 +315,82 @@ class _Tx:
 
 
 def iter_csv_rows(rows: list[LoadRow]) -> Iterator[list[Any]]:
-    """The header then one list per load (for ``--format csv``)."""
+    """The header then one list per load (for ``--format csv``; :func:`read_csv_rows` reads it back)."""
     yield list(LOAD_COLUMNS)
     for r in rows:
         yield [getattr(r, c) for c in LOAD_COLUMNS]
+
+
+_TEXT = {"suite", "sweep", "scenario_id", "label", "scheme", "protocol", "error", "run_dir"}
+_INTS = {"repetition", "bytes_total", "load_index", "trace_ms", "late_reruns", "airtime_queued_ms",
+         "airtime_window_ms", "airtime_app_ms"}
+_BOOLS = {"ok", "timing_ok"}
+#: What an exported row must have; the rest may be missing (a store older than the column) or empty.
+_REQUIRED = ("suite", "sweep", "scenario_id", "label", "scheme", "repetition", "ok", "recorded_unix_s")
+_ADDED_NAMES = {name for name, _ in _ADDED_LOAD_COLUMNS}
+
+
+def _cell(name: str, text: str) -> Any:
+    """One CSV field as its column's type (ValueError with the reason)."""
+    if text == "":
+        if name in _REQUIRED:
+            raise ValueError("is empty")
+        return 0 if name == "late_reruns" else None
+    if name in _TEXT:
+        return text
+    if name in _BOOLS:
+        if text.lower() in ("true", "1"):
+            return True
+        if text.lower() in ("false", "0"):
+            return False
+        raise ValueError(f"{text!r} is not True or False")
+    if name in _INTS:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not an integer") from None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if value != value:  # NaN: nothing measured, as the store keeps it
+        return None
+    return value
+
+
+def read_csv_rows(path: Path) -> list[LoadRow]:
+    """The loads of a CSV written by ``clawbed results query --format csv`` (another
+    machine's store, or a sweep kept in the repository), every field checked: an error names
+    the file, line and column."""
+    try:
+        handle = path.open(newline="")
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror}") from None
+    with handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(f"{path}: empty (expected a header line with {', '.join(_REQUIRED)}, …)")
+        unknown = [c for c in header if c not in LOAD_COLUMNS]
+        if unknown:
+            raise InputError(f"{path}:1: unknown column(s) {', '.join(unknown)} (a result store has "
+                             f"{', '.join(LOAD_COLUMNS)})")
+        missing = [c for c in LOAD_COLUMNS if c not in header and c not in _ADDED_NAMES]
+        if missing:
+            raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}")
+        rows = []
+        for line_no, fields in enumerate(reader, start=2):
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise InputError(f"{path}:{line_no}: {len(fields)} field(s), the header has {len(header)}")
+            values: dict[str, Any] = {}
+            for name, text in zip(header, fields):
+                try:
+                    values[name] = _cell(name, text)
+                except ValueError as e:
+                    raise InputError(f"{path}:{line_no}: column {name}: {e}") from None
+            if values["repetition"] < 0:
+                raise InputError(f"{path}:{line_no}: column repetition: {values['repetition']} is negative")
+            rows.append(LoadRow(**values))
+    return rows

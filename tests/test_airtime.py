@@ -3,6 +3,7 @@ split is known by construction, and `clawbed analyze airtime` over a folder of r
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -136,3 +137,27 @@ def test_the_paper_report_sets_each_comparison_beside_its_ground_truth(tmp_path:
                         "claw held back 0%")
     assert notes[1] == "claw (2.10 s): queued at the BS 24%, held back 0%, nothing to send 71%"
     assert notes[2:] == ["", ""]  # no loads there; not emulated
+
+
+def test_a_split_exported_with_its_load_reports_without_the_run(tmp_path: Path) -> None:
+    import shutil
+
+    from clawbed.orchestrator.analyze import with_airtime
+    from clawbed.orchestrator.store import Store, iter_csv_rows, read_csv_rows
+
+    rows = _two_schemes(tmp_path)
+    numbers = [PaperNumber(figure="F", match="idle-cell/", metric="reduction_pct", scheme="claw", versus="cubic",
+                           value=50, note="n")]
+    expected = airtime_notes(numbers, rows)
+    exported = with_airtime(rows)
+    assert [(r.airtime_queued_ms, r.airtime_window_ms) for r in exported] == [(500, 500), (500, 0)]
+    csv_path = tmp_path / "export.csv"
+    with csv_path.open("w", newline="") as f:
+        csv.writer(f).writerows(iter_csv_rows(exported))
+    shutil.rmtree(tmp_path / "cubic")
+    shutil.rmtree(tmp_path / "claw")
+    # Another machine: no run directories, the split comes from the store.
+    with Store(tmp_path / "other.sqlite") as store:
+        assert store.import_rows(read_csv_rows(csv_path)) == 2
+        imported = store.loads(suite="s")
+    assert airtime_notes(numbers, imported) == expected

@@ -17,7 +17,7 @@ from clawbed.errors import InputError
 from clawbed.orchestrator import runner as rn
 from clawbed.orchestrator.cli import results
 from clawbed.orchestrator.spec import load_spec
-from clawbed.orchestrator.store import LoadRow, Store
+from clawbed.orchestrator.store import LoadRow, Store, read_csv_rows
 from clawbed.replay.records import LoadRecord
 
 SPEC = {"suite": "unit", "loader": "h2", "repetitions": 3,
@@ -157,3 +157,51 @@ def test_results_query_formats(spec, tmp_path: Path) -> None:
     assert out.exit_code == 0 and len(out.output.strip().splitlines()) == 6
     out = cli.invoke(results, ["query", "unit", "--store", str(store_path)])
     assert out.exit_code == 0 and "12 load(s)" in out.output
+
+
+def test_a_sweep_exported_and_imported_elsewhere_resumes_there(spec, tmp_path: Path) -> None:
+    """Part of a sweep measured on one machine, the rest on another: the second runs only
+    what the first did not record, and the export/import round trip keeps every field."""
+    here, there = tmp_path / "here.sqlite", tmp_path / "there.sqlite"
+    with Store(here) as store:
+        with pytest.raises(Killed):
+            rn.run_suite(spec, store, executor=rn.LocalExecutor(fake_replay([], kill_after=5)),
+                         output_root=tmp_path / "runs")
+        first = store.loads(suite="unit")
+    assert len(first) == 5
+    cli = CliRunner()
+    out = cli.invoke(results, ["query", "unit", "--store", str(here), "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    export = tmp_path / "part.csv"
+    export.write_text(out.output)
+    out = cli.invoke(results, ["import", str(export), "--store", str(there)])
+    assert out.exit_code == 0, out.output
+    assert "5 added" in out.output
+    out = cli.invoke(results, ["import", str(export), "--store", str(there)])
+    assert "0 added" in out.output and "5 recorded already" in out.output
+    with Store(there) as store:
+        assert store.loads(suite="unit") == first
+        calls: list[rn.ReplayJob] = []
+        rn.run_suite(spec, store, resume=True, executor=rn.LocalExecutor(fake_replay(calls)),
+                     output_root=tmp_path / "runs2")
+        assert sum(len(j.plan) for j in calls) == 12 - 5
+        assert len(store.loads(suite="unit")) == 12
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda lines: [lines[0].replace("plt_ms", "plt_s"), *lines[1:]], r"part\.csv:1: unknown column\(s\) plt_s"),
+    (lambda lines: [lines[0], lines[1].replace(",True,", ",maybe,", 1), *lines[2:]],
+     r"part\.csv:2: column ok: 'maybe' is not True or False"),
+    (lambda lines: [*lines[:2], lines[2].rsplit(",", 3)[0]], r"part\.csv:3: \d+ field\(s\), the header has \d+"),
+    (lambda lines: [lines[0].replace("suite,", "", 1), *(line.split(",", 1)[1] for line in lines[1:])],
+     r"part\.csv:1: missing column\(s\) suite"),
+])
+def test_a_bad_export_is_refused_naming_the_line_and_column(spec, tmp_path: Path, edit, message) -> None:
+    store_path = tmp_path / "r.sqlite"
+    with Store(store_path) as store:
+        rn.run_suite(spec, store, executor=rn.LocalExecutor(fake_replay([])), output_root=tmp_path / "runs")
+    out = CliRunner().invoke(results, ["query", "unit", "--store", str(store_path), "--format", "csv"])
+    bad = tmp_path / "part.csv"
+    bad.write_text("\n".join(edit(out.output.strip().splitlines())) + "\n")
+    with Store(tmp_path / "other.sqlite") as other, pytest.raises(InputError, match=message):
+        other.import_rows(read_csv_rows(bad))
