@@ -129,9 +129,9 @@ def _bool(text: str) -> bool:
 @click.option("--idle-before-s", type=float, default=0.0, show_default=True,
               help="wait this long before each load, nothing sent, so the UE's radio demotes (the SPDY paper "
                    "loads pages 60 s apart)")
-@click.option("--reserve-cpu/--no-reserve-cpu", "reserve_cpu", default=True, show_default=True,
+@click.option("--reserve-cpu/--no-reserve-cpu", "reserve_cpu", default=None,
               help="run the emulator's clock and writer on a CPU of their own, the run's other processes on the "
-                   "rest (needs two CPUs): a browser's kernel work then cannot delay the clock")
+                   "rest (default: with 4 CPUs or more; on fewer the rest are starved, see replay/cpus.py)")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None,
            wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float, wired_reorder_pct: float,
@@ -139,7 +139,7 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
            rerun_late: bool, ue_rmem: str | None, drwa: bool, capture_server: bool, rrc: str | dict[str, Any] | None,
-           stall: str | dict[str, Any] | None, idle_before_s: float, reserve_cpu: bool) -> None:
+           stall: str | dict[str, Any] | None, idle_before_s: float, reserve_cpu: bool | None) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time

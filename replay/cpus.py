@@ -1,18 +1,25 @@
-"""A CPU of its own for the emulator's clock: the run's other processes kept off it.
+"""A CPU of its own for the emulator's clock, the run's other processes kept off it.
 
 Why: on a kernel without forced preemption (``PREEMPT_NONE``, as on the development VM) a
-real-time thread that becomes runnable still waits for whatever kernel work the CPU is
-doing to reach a preemption point. A browser's page load does plenty of such work (page
-faults and unmaps of a large address space, socket copies), so with the browser on the same
-CPU the cell clock was late by 1–3 ms during half of the Chromium loads, and each such load
-was run again (README, "Timing integrity per load"). With the cell and writer threads on a CPU
-that nothing else of the run uses, the same loads kept within 0.6 ms.
+real-time thread that becomes runnable still waits for whatever kernel work its CPU is doing
+to reach a preemption point. A page load does plenty of such work (a browser's page faults
+and unmaps, nginx's and the loader's socket copies), so with those free to run on the
+clock's CPU the cell clock is late by 1–3 ms during about half of the busy-cell Chromium
+loads on 2 vCPUs, and each such load is run again (README, "Timing integrity per load").
 
-How: the replay confines its own process (every thread) to the other CPUs before it starts
+What: the replay confines its own process (every thread) to the other CPUs before it starts
 anything, so the namespaces' programs, nginx, the loader, the schemes' agents and the
 emulator's helper threads inherit that set; the emulator's ``cb-cell`` and ``cb-tx`` threads
 are pinned to the reserved CPU by its config (``affinity``). The process's affinity is put
-back when the run ends. With fewer than two CPUs allowed there is nothing to reserve.
+back when the run ends.
+
+What it costs, hence the default: everything but the clock then shares the remaining CPUs.
+On 2 vCPUs (measured, README) the late Chromium loads fell from 5 of 10 to 0 of 10, but the
+CI suite's idle-cell CLAW PLT rose 7–8 % against its baseline in two sweeps (Cubic 1–2 %,
+and 3 % with no reservation): the scheme that sends in bursts waits for a busier CPU. A bias
+between schemes is worse than a late clock, which is at least flagged and re-run, so the
+reservation is automatic only with :data:`AUTO_MIN_CPUS` or more (three left to the rest)
+and otherwise asked for (``--reserve-cpu``).
 """
 
 from __future__ import annotations
@@ -22,10 +29,13 @@ import os
 from dataclasses import dataclass
 from types import TracebackType
 
+#: Reserve a CPU without being asked from this many allowed CPUs on.
+AUTO_MIN_CPUS = 4
+
 
 @dataclass(frozen=True)
 class CpuPlan:
-    """Which CPUs the emulator's clock and writer get, and which everything else."""
+    """Which CPUs the emulator's clock and writer get, and which the run's other processes."""
 
     emulator: tuple[int, ...]
     others: tuple[int, ...]
@@ -38,12 +48,19 @@ class CpuPlan:
         return {"emulator_cpus": list(self.emulator), "other_cpus": list(self.others)}
 
 
-def plan_cpus(allowed: set[int] | frozenset[int]) -> CpuPlan | None:
-    """The highest allowed CPU for the emulator, the rest for the run; None below two CPUs."""
-    if len(allowed) < 2:
+def plan_cpus(allowed: set[int] | frozenset[int], reserve: bool | None = None) -> CpuPlan | None:
+    """The highest allowed CPU for the emulator and the rest for the run, or None (no
+    reservation): ``reserve`` True needs two CPUs, None (auto) :data:`AUTO_MIN_CPUS`, False never."""
+    needed = {True: 2, None: AUTO_MIN_CPUS, False: None}[reserve]
+    if needed is None or len(allowed) < needed:
         return None
     ordered = sorted(allowed)
     return CpuPlan(emulator=(ordered[-1],), others=tuple(ordered[:-1]))
+
+
+def allowed_cpus() -> set[int]:
+    """The CPUs this thread may run on."""
+    return os.sched_getaffinity(0)
 
 
 def _tasks() -> list[int]:
@@ -76,9 +93,3 @@ class ProcessConfined(contextlib.AbstractContextManager["ProcessConfined"]):
             with contextlib.suppress(ProcessLookupError, OSError):
                 os.sched_setaffinity(tid, cpus)
         self._saved.clear()
-
-
-def allowed_cpus() -> set[int]:
-    """The CPUs this thread may run on."""
-    return os.sched_getaffinity(0)
-

@@ -174,9 +174,10 @@ class ReplayConfig:
     #: demotes as between the SPDY paper's page views (60 s apart), s. In the load's
     #: ``overhead_ms`` as ``idle_before``; outside its timing-integrity span.
     idle_before_s: float = 0.0
-    #: Keep the run's processes off one CPU and run the emulator's clock and writer there
-    #: (``replay/cpus.py``: why); False, or fewer than two CPUs: everything shares every CPU.
-    reserve_emulator_cpu: bool = True
+    #: Run the emulator's clock and writer on a CPU of their own and the run's other processes
+    #: on the rest (``replay/cpus.py``: why, and what it costs): True with two CPUs or more,
+    #: None (auto) with :data:`cpus.AUTO_MIN_CPUS` or more, False never.
+    reserve_emulator_cpu: bool | None = None
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -473,7 +474,7 @@ class Replay:
 
     def _run_in(self, res: Resources) -> None:
         cfg = self.config
-        cpu_plan = cpus.plan_cpus(cpus.allowed_cpus()) if cfg.reserve_emulator_cpu else None
+        cpu_plan = cpus.plan_cpus(cpus.allowed_cpus(), cfg.reserve_emulator_cpu)
         if cpu_plan is not None:
             # First, so everything the run starts inherits the set, and last to be undone.
             res.enter_context(cpus.ProcessConfined(cpu_plan.others))
