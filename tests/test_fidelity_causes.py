@@ -1,0 +1,40 @@
+"""Causes the page-load rows read from the kernel's own counters (orchestrator/fidelity/pageloads.py),
+on synthetic loads whose counters are known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from clawbed.orchestrator.fidelity.pageloads import protocol_rto_cause
+from clawbed.orchestrator.store import LoadRow
+
+
+def _load(tmp_path: Path, index: int, cond: str, counters: dict[str, int] | None, ok: bool = True) -> LoadRow:
+    run = tmp_path / "run"
+    load_dir = run / "loads" / f"{index:03d}-cubic"
+    load_dir.mkdir(parents=True)
+    if counters is not None:
+        (load_dir / "netstat.json").write_text(json.dumps(counters))
+    return LoadRow(suite="fidelity-SPDY-1", sweep="w", scenario_id="x", label=f"synth:3g/set-02/{cond}/s1",
+                   scheme="cubic", repetition=index, ok=ok, plt_ms=9000.0, bytes_total=1, protocol="h2", error=None,
+                   run_dir=str(run), load_index=index, t_start_unix_s=None, t_end_unix_s=None, recorded_unix_s=0.0)
+
+
+def test_h2_without_timeouts_is_named_as_the_cause(tmp_path: Path) -> None:
+    loads = [_load(tmp_path, 0, "3g-h2", {"TcpExtTCPTimeouts": 0, "TcpRetransSegs": 2}),
+             _load(tmp_path, 1, "3g-h1", {"TcpExtTCPTimeouts": 3, "TcpExtTCPSpuriousRTOs": 1, "TcpRetransSegs": 9}),
+             _load(tmp_path, 2, "3g-h2", {"TcpExtTCPTimeouts": 0, "TcpRetransSegs": 1}),
+             _load(tmp_path, 3, "wifi-h2", {"TcpExtTCPTimeouts": 5}),  # another profile: not counted
+             _load(tmp_path, 4, "3g-h2", {"TcpExtTCPTimeouts": 7}, ok=False)]  # a failed load: not counted
+    cause = protocol_rto_cause(loads, "3g")
+    assert "H1.1: 3 timeout(s) (1 undone as spurious) and 9 retransmitted segment(s) over 1 load(s)" in cause
+    assert "H2: 0 timeout(s) (0 undone as spurious) and 3 retransmitted segment(s) over 2 load(s)" in cause
+    assert "H2's one connection never timed out" in cause
+
+
+def test_h2_timeouts_are_counted_without_the_verdict_and_no_counters_say_nothing(tmp_path: Path) -> None:
+    loads = [_load(tmp_path, 0, "3g-h2", {"TcpExtTCPTimeouts": 2, "TcpExtTCPDSACKUndo": 2})]
+    cause = protocol_rto_cause(loads, "3g")
+    assert "H2: 2 timeout(s) (2 undone as spurious)" in cause and "never timed out" not in cause
+    assert protocol_rto_cause([_load(tmp_path / "b", 0, "3g-h2", None)], "3g") == ""
