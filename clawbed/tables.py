@@ -23,3 +23,15 @@ class TerminalTable(Table):
     def add_column(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("overflow", "fold")
         super().add_column(*args, **kwargs)
+
+
+def markdown_table(columns: list[str] | tuple[str, ...], rows: list[tuple[str, ...]] | list[list[str]]) -> str:
+    """The rows as a GitHub-flavoured Markdown table (a ``|`` in a cell escaped, line breaks
+    turned to spaces), for pasting into a README or a note."""
+
+    def cell(text: object) -> str:
+        return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ from clawbed.orchestrator.analyze import with_airtime
 from clawbed.orchestrator.runner import Executor, make_executor, run_suite
 from clawbed.orchestrator.spec import load_spec
 from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows, read_csv_rows
-from clawbed.tables import TerminalTable
+from clawbed.tables import TerminalTable, markdown_table
 
 _store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
                              help="the SQLite result store (default: <runs>/results.sqlite)")
@@ -138,7 +138,9 @@ def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
               help="add where the loads' time went by the ground truth (clawbed analyze airtime): for each "
                    "comparison, the baseline's share queued at the base station, held back by the sender (the "
                    "most a faster sender could save) and with nothing to send")
-def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: bool) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True,
+              help="markdown: a table to paste into a README")
+def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: bool, fmt: str) -> None:
     """Each comparison of SPEC's ``paper:`` numbers next to what this testbed measured."""
     from clawbed.orchestrator.report import COLUMNS, airtime_notes, paper_rows
 
@@ -152,6 +154,10 @@ def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: 
     if airtime:
         columns.append("ground truth (share of PLT)")
         rows = [(*r, note) for r, note in zip(rows, airtime_notes(spec.spec.paper, loads))]
+    if fmt == "markdown":
+        at = columns.index("scenarios")  # a pattern: shown as code
+        click.echo(markdown_table(columns, [(*r[:at], f"`{r[at]}`", *r[at + 1:]) for r in rows]), nl=False)
+        return
     table = TerminalTable(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
     for col in columns:
         table.add_column(col, overflow="fold")

@@ -205,3 +205,24 @@ def test_a_bad_export_is_refused_naming_the_line_and_column(spec, tmp_path: Path
     bad.write_text("\n".join(edit(out.output.strip().splitlines())) + "\n")
     with Store(tmp_path / "other.sqlite") as other, pytest.raises(InputError, match=message):
         other.import_rows(read_csv_rows(bad))
+
+
+def test_the_paper_report_as_markdown(tmp_path: Path) -> None:
+    from clawbed.orchestrator.cli import suite
+    from clawbed.tables import markdown_table
+
+    assert markdown_table(["a", "b"], [("x|y", "1\n2")]) == "| a | b |\n|---|---|\n| x\\|y | 1 2 |\n"
+    path = tmp_path / "unit.yaml"
+    path.write_text(yaml.safe_dump({**SPEC, "paper": [
+        {"figure": "Fig X", "match": "idle-cell/set-01/", "metric": "reduction_pct", "scheme": "claw",
+         "versus": "cubic", "value": 50, "note": "a|b"}]}))
+    spec = load_spec(path)
+    store_path = tmp_path / "r.sqlite"
+    with Store(store_path) as store:
+        rn.run_suite(spec, store, executor=rn.LocalExecutor(fake_replay([])), output_root=tmp_path / "runs")
+    out = CliRunner().invoke(suite, ["report", str(path), "--store", str(store_path), "--format", "markdown"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == "| figure | scenarios | metric | paper | testbed | n | note |" and lines[1] == "|---" * 7 + "|"
+    # fake_replay gives every scheme the same PLTs: no reduction; the note's | is escaped.
+    assert lines[2].startswith("| Fig X | `idle-cell/set-01/` |") and "a\\|b" in lines[2] and len(lines) == 3
