@@ -38,3 +38,13 @@ def test_h2_timeouts_are_counted_without_the_verdict_and_no_counters_say_nothing
     cause = protocol_rto_cause(loads, "3g")
     assert "H2: 2 timeout(s) (2 undone as spurious)" in cause and "never timed out" not in cause
     assert protocol_rto_cause([_load(tmp_path / "b", 0, "3g-h2", None)], "3g") == ""
+
+
+def test_the_cwnd_checks_say_how_the_page_was_spread_over_connections() -> None:
+    from clawbed.orchestrator.fidelity.pageloads import _connections_cause
+
+    cause = _connections_cause({"connections_per_load": 1.0, "bytes_per_connection": 1024 * 900.0},
+                               {"connections_per_load": 6.0, "bytes_per_connection": 1024 * 150.0})
+    assert cause.startswith("HTTP/1.1 carried each page over 6.0 connection(s), 150 KB each, HTTP/2 over 1.0 (900 KB")
+    assert "42.6 connections" in cause
+    assert _connections_cause({}, {"bytes_per_connection": float("nan")}) == ""
