@@ -48,3 +48,16 @@ def test_the_cwnd_checks_say_how_the_page_was_spread_over_connections() -> None:
     assert cause.startswith("HTTP/1.1 carried each page over 6.0 connection(s), 150 KB each, HTTP/2 over 1.0 (900 KB")
     assert "42.6 connections" in cause
     assert _connections_cause({}, {"bytes_per_connection": float("nan")}) == ""
+
+
+def test_the_estimators_bias_is_split_by_the_windows_speed() -> None:
+    from clawbed.orchestrator.fidelity.bulk import estimate_bias_cause
+
+    # Slow windows estimated exactly, fast ones 30 % low: a bias, not scatter.
+    rows = [{"saturated": True, "truth_bps": t, "estimate_bps": t * (0.7 if t >= 10e6 else 1.0)}
+            for t in (4e6, 5e6, 6e6, 12e6, 14e6, 16e6)]
+    rows.append({"saturated": False, "truth_bps": 1e6, "estimate_bps": 9e6})  # not scored
+    cause = estimate_bias_cause({"rows": rows, "mean_error": -0.15, "c_bps": 30e6})
+    assert cause.startswith("signed mean error -15.0 % over 6 saturated windows: -30.0 % in the faster half (≥ 9.0 Mbit/s), "
+                            "+0.0 % in the slower half")
+    assert estimate_bias_cause({"rows": rows[:3], "mean_error": 0.0, "c_bps": 30e6}) == ""
