@@ -156,3 +156,11 @@ def test_missing_parts_are_not_judged_and_say_why() -> None:
     assert checks["gprs: amazon page time vs Table 1"].note.startswith("no measurement")
     ratio = checks["dialup: 100 KB GET / web throughput"]
     assert ratio.ok is None and ratio.note == "the profile did not run" and ratio.target == "≤ 1.3"
+
+
+def test_the_web_checks_cause_is_the_links_busy_time() -> None:
+    from clawbed.orchestrator.fidelity.wwan import radio_cause
+
+    cause = radio_cause({"link_busy_fraction_in_page_loads": 0.41, "promotions_in_page_loads": 12.0}, 4)
+    assert cause.startswith("ground truth: the downlink carried data in 41% of the page loads' time, with 3.0 promotions")
+    assert radio_cause({"error": "x"}, 4) == "" and radio_cause({"link_busy_fraction_in_page_loads": 0.4}, 0) == ""
