@@ -58,6 +58,7 @@ def test_the_estimators_bias_is_split_by_the_windows_speed() -> None:
             for t in (4e6, 5e6, 6e6, 12e6, 14e6, 16e6)]
     rows.append({"saturated": False, "truth_bps": 1e6, "estimate_bps": 9e6})  # not scored
     cause = estimate_bias_cause({"rows": rows, "mean_error": -0.15, "c_bps": 30e6})
-    assert cause.startswith("signed mean error -15.0 % over 6 saturated windows: -30.0 % in the faster half (≥ 9.0 Mbit/s), "
-                            "+0.0 % in the slower half")
+    assert cause == ("signed mean error -15.0 % over 6 saturated windows, absolute 15.0 %: a bias (the signed error "
+                     "is most of the absolute one); -30.0 % in the faster half (≥ 9.0 Mbit/s), +0.0 % in the slower "
+                     "half, so the error sits in the faster windows")
     assert estimate_bias_cause({"rows": rows[:3], "mean_error": 0.0, "c_bps": 30e6}) == ""
