@@ -62,3 +62,15 @@ def test_the_estimators_bias_is_split_by_the_windows_speed() -> None:
                      "is most of the absolute one); -30.0 % in the faster half (≥ 9.0 Mbit/s), +0.0 % in the slower "
                      "half, so the error sits in the faster windows")
     assert estimate_bias_cause({"rows": rows[:3], "mean_error": 0.0, "c_bps": 30e6}) == ""
+
+
+def test_cubics_timeouts_and_drops_are_counted_for_the_claw_rows(tmp_path: Path) -> None:
+    from clawbed.orchestrator.fidelity.pageloads import timeout_cause
+
+    loads = [_load(tmp_path, 0, "h2", {"TcpExtTCPTimeouts": 0, "TcpRetransSegs": 1}),
+             _load(tmp_path, 1, "h2", {"TcpExtTCPTimeouts": 2, "TcpExtTCPSpuriousRTOs": 1, "TcpRetransSegs": 5}),
+             _load(tmp_path, 2, "h2", None)]  # no counters: not counted
+    cause = timeout_cause(loads)
+    assert cause.startswith("server TCP counters: 1 of 2 cubic loads timed out (2 timeout(s), 1 undone as spurious), "
+                            "6 retransmitted segment(s); the base station dropped 0 packet(s)")
+    assert timeout_cause(loads, "claw") == ""

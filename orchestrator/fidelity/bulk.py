@@ -766,7 +766,8 @@ def passive_bw(ctx: RowContext) -> Outcome:
                             "no 1 s window estimated", cause=estimate_bias_cause(one_s) if one_s else ""))
     w1 = one_s["within_1mbit"] if one_s and one_s["within_1mbit"] is not None else nan
     out.checks.append(Check("1 s windows within ±1 Mbit/s", fmt(w1 * 100, "%"), "≥ 80 % (proposed)",
-                            w1 >= 0.8 if not np.isnan(w1) else None, "no 1 s window estimated"))
+                            w1 >= 0.8 if not np.isnan(w1) else None, "no 1 s window estimated",
+                            cause=estimate_bias_cause(one_s) if one_s else ""))
     e01 = errors.get(0.1, nan)
     out.checks.append(Check("error larger at 0.1 s than at 1.0 s", f"{fmt(e01 * 100, '%', 1)} vs {fmt(e1 * 100, '%', 1)}",
                             "larger", e01 > e1 if not (np.isnan(e01) or np.isnan(e1)) else None, "a window size without estimates"))

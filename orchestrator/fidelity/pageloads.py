@@ -229,7 +229,7 @@ def spdy_h2_vs_h1(ctx: RowContext) -> Outcome:
         gain = mean([1 - v for v in g3.values()])
         both = min(g3.values()) < 1 < max(g3.values()) if len(g3) > 1 else None
         out.checks.append(Check("3G-like: mean H2 gain over H1.1", fmt(gain * 100, "%", 1), "≤ 10 % (paper Cubic 7.3 %)",
-                                gain <= 0.10, _rrc_note(p)))
+                                gain <= 0.10, _rrc_note(p), cause=protocol_rto_cause(loads, "3g")))
         out.checks.append(Check("3G-like: per-page H2/H1.1 ratios on both sides of 1",
                                 ", ".join(f"{k} {v:.2f}" for k, v in g3.items()), "both sides", both,
                                 "one page only" if both is None else _rrc_note(p),
@@ -593,6 +593,25 @@ def gain_cause(loads: list[LoadRow], scheme: str = "claw", versus: str = "cubic"
             f"of {s['plt_ms']:.0f} ms")
 
 
+def timeout_cause(loads: list[LoadRow], scheme: str = "cubic") -> str:
+    """What the server's TCP counters and the emulator say of ``scheme``'s loads: how many timed
+    out, how many retransmissions, and how many packets the cell dropped — the window collapses
+    behind the paper's slow, erratic Cubic, or their absence."""
+    mine = [r for r in loads if r.scheme == scheme and r.ok]
+    counters = [c for c in (_netstat(r) for r in mine) if c]
+    if not counters:
+        return ""
+    timed_out = sum(1 for c in counters if c.get("TcpExtTCPTimeouts", 0) > 0)
+    timeouts = sum(c.get("TcpExtTCPTimeouts", 0) for c in counters)
+    spurious = sum(c.get("TcpExtTCPSpuriousRTOs", 0) + c.get("TcpExtTCPDSACKUndo", 0) for c in counters)
+    retrans = sum(c.get("TcpRetransSegs", 0) for c in counters)
+    drops = sum(tcp_stats(r).get("overflow_drops", 0.0) for r in mine)
+    return (f"server TCP counters: {timed_out} of {len(counters)} {scheme} loads timed out ({timeouts} timeout(s), "
+            f"{spurious} undone as spurious), {retrans} retransmitted segment(s); the base station dropped "
+            f"{drops:.0f} packet(s) of these loads. The paper's erratic Cubic needs timeouts or RTT surges: this "
+            f"cell's stall process is off by default (no measured rate; emulator/policies.json)")
+
+
 def _bar_figure(ctx: RowContext, pl: dict[tuple[str, str, str, str], list[float]], title: str) -> None:
     fig = go.Figure()
     schemes = sorted({k[3] for k in pl})
@@ -646,7 +665,8 @@ def claw_idle(ctx: RowContext) -> Outcome:
     st = [tcp_stats(r) for r in loads if r.scheme == "cubic" and r.ok]
     rto_clean = sum(1 for s in st if s and s["rto"] and s["overflow_drops"] == 0)
     early = sum(1 for s in st if s and s["ss_exit_no_loss"])
-    out.checks.append(Check("Cubic loads with an RTO and zero buffer drops", str(rto_clean), "≥ 1", rto_clean >= 1))
+    out.checks.append(Check("Cubic loads with an RTO and zero buffer drops", str(rto_clean), "≥ 1", rto_clean >= 1,
+                            cause=timeout_cause(loads)))
     out.checks.append(Check("Cubic loads leaving slow start without a loss", str(early), "≥ 1", early >= 1))
     out.metrics = {"cubic_plt_s": cub, "claw_plt_s": claw}
     _bar_figure(ctx, pl, "PLT per scheme on the idle cell")
@@ -668,10 +688,12 @@ def claw_image(ctx: RowContext) -> Outcome:
                             if not np.isnan(red) else None, cause=gain_cause(loads)))
     wm = worst.get("cubic", np.nan) / mean_plt.get("cubic", np.nan)
     out.checks.append(Check("Cubic worst / mean", f"{wm:.2f}", "≈ 2 (paper ≈ 2.2; accept 1.6–2.8)", 1.6 <= wm <= 2.8
-                            if not np.isnan(wm) else None))
+                            if not np.isnan(wm) else None, cause=timeout_cause(loads)))
     linux = [s for s in ("cubic", "reno", "bbr", "vegas") if s in mean_plt]
     fastest = min(linux, key=lambda s: mean_plt[s]) if linux else ""
-    out.checks.append(Check("fastest non-CLAW Linux variant", fastest, "cubic", fastest == "cubic" if linux else None))
+    out.checks.append(Check("fastest non-CLAW Linux variant", fastest, "cubic", fastest == "cubic" if linux else None,
+                            cause=(", ".join(f"{x} {fmt(mean_plt[x], 's', 2)}" for x in linux) + "; " + gain_cause(loads,
+                                   fastest, "cubic")) if linux and fastest != "cubic" else ""))
     out.checks.append(Check("RTT Cubic > CLAW", f"{fmt(rtt.get('cubic', np.nan))} vs {fmt(rtt.get('claw', np.nan))} ms",
                             "Cubic > CLAW", rtt.get("cubic", np.nan) > rtt.get("claw", np.nan)
                             if "cubic" in rtt and "claw" in rtt else None))
@@ -680,7 +702,8 @@ def claw_image(ctx: RowContext) -> Outcome:
         out.checks.append(Check("Vegas: RTT below CLAW's, PLT ≥ 2× CLAW's",
                                 f"RTT {fmt(rtt['vegas'])} ms, PLT ×{mean_plt['vegas'] / mean_plt['claw']:.2f}",
                                 "RTT 10–20 % below CLAW, PLT ≥ 2×",
-                                rtt["vegas"] < rtt["claw"] and mean_plt["vegas"] >= 2 * mean_plt["claw"]))
+                                rtt["vegas"] < rtt["claw"] and mean_plt["vegas"] >= 2 * mean_plt["claw"],
+                                cause=gain_cause(loads, "claw", "vegas")))
     else:
         out.checks.append(Check("Vegas: RTT below CLAW's, PLT ≥ 2× CLAW's", "–", "RTT 10–20 % below CLAW, PLT ≥ 2×", None,
                                 veg.reason() if not veg.present else "vegas not in the matrix"))
