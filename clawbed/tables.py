@@ -30,7 +30,7 @@ def markdown_table(columns: list[str] | tuple[str, ...], rows: list[tuple[str, .
     turned to spaces), for pasting into a README or a note."""
 
     def cell(text: object) -> str:
-        return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+        return str(text).replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
