@@ -20,7 +20,6 @@ continuous bulk download in the same way (LTE13 §6.2: mean error 7.9 % at 1.0 s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -174,36 +173,34 @@ def mean_airtime(loads: Iterable[LoadRow], scheme: str, keep: Callable[[str], bo
     """Mean airtime split (:mod:`clawbed.replay.airtime`) of the store's finished loads of
     ``scheme`` whose label ``keep`` accepts: as stored with each load, else read from its run
     directory; None without any (a run directory gone, or without series, gives no split)."""
-    splits = [s for r in loads if r.scheme == scheme and keep(r.label) and (s := load_split(r)) is not None]
+    runs: dict[str, dict[int, airtime.Airtime]] = {}
+    splits = [s for r in loads if r.scheme == scheme and keep(r.label) and (s := load_split(r, runs)) is not None]
     if not splits:
         return None
     return {k: float(np.mean([getattr(s, k) for s in splits])) for k in AIRTIME_KEYS}
 
 
-@functools.lru_cache(maxsize=64)
-def _run_splits(run_dir: str) -> dict[int, airtime.Airtime]:
-    try:
-        return airtime.run_airtime(Path(run_dir))
-    except (InputError, OSError, ValueError):
-        return {}
-
-
-def load_split(row: LoadRow) -> airtime.Airtime | None:
-    """One recorded load's airtime split: the store's, else its run directory's, else None."""
-    if not row.ok:
-        return None
+def load_split(row: LoadRow, runs: dict[str, dict[int, airtime.Airtime]]) -> airtime.Airtime | None:
+    """One recorded load's airtime split: the store's, else its run directory's (each run read
+    once into ``runs``, the caller's cache), else None."""
     stored = row.airtime()
-    if stored is not None or row.run_dir is None or row.load_index is None:
-        return stored
-    return _run_splits(row.run_dir).get(row.load_index)
+    if not row.ok or stored is not None or row.run_dir is None or row.load_index is None:
+        return stored if row.ok else None
+    if row.run_dir not in runs:
+        try:
+            runs[row.run_dir] = airtime.run_airtime(Path(row.run_dir))
+        except (InputError, OSError, ValueError):
+            runs[row.run_dir] = {}
+    return runs[row.run_dir].get(row.load_index)
 
 
 def with_airtime(rows: list[LoadRow]) -> list[LoadRow]:
     """The rows with their airtime columns filled from their run directories where the store
     has none (an export then carries the split to a machine without the runs)."""
+    runs: dict[str, dict[int, airtime.Airtime]] = {}
     out = []
     for r in rows:
-        split = load_split(r) if r.airtime() is None else None
+        split = None if r.airtime() is not None else load_split(r, runs)
         out.append(dataclasses.replace(r, airtime_queued_ms=split.queued_ms, airtime_window_ms=split.window_ms,
                                        airtime_app_ms=split.app_ms) if split else r)
     return out

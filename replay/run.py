@@ -228,6 +228,9 @@ class ReplayConfig:
                     raise InputError(f"{option}: {e}") from None
         if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
             raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
+        if self.reserve_emulator_cpu and len(cpus.allowed_cpus()) < 2:
+            raise InputError(f"--reserve-cpu: needs two CPUs, and this process may run on "
+                             f"{len(cpus.allowed_cpus())} ({sorted(cpus.allowed_cpus())})")
         if not 0 <= self.inject_delay_ms <= 10_000:
             raise InputError(f"--inject-delay-ms {self.inject_delay_ms}: must be 0..10000")
         rmem.resolve(self.ue_rmem, "--ue-rmem")

@@ -65,3 +65,17 @@ def test_every_thread_and_every_process_started_is_confined_then_put_back() -> N
         stop.set()
         t.join()
     assert seen["worker"] == before
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to confine to one of them")
+def test_asking_for_a_reservation_on_one_cpu_is_refused_naming_the_flag() -> None:
+    from clawbed.errors import InputError
+    from clawbed.paths import REPO_ROOT
+    from clawbed.replay.run import ReplayConfig
+
+    config = ReplayConfig(trace=REPO_ROOT / "traces" / "samples" / "busy-cell.cbt", page="set-01", schemes=["cubic"],
+                          runs=1, reserve_emulator_cpu=True)
+    with cpus.ProcessConfined((min(os.sched_getaffinity(0)),)), \
+            pytest.raises(InputError, match="--reserve-cpu: needs two CPUs"):
+        config.check()
+    config.check()  # back on every CPU: fine wherever two are allowed
