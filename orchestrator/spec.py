@@ -625,8 +625,11 @@ class LoadedSpec:
 
 
 def synth_path(preset: str, seed: int, seconds: int) -> Path:
-    """The cache file of a generated trace (same preset, seed and length → same trace)."""
-    return state_dir() / "synth-traces" / f"{preset}-s{seed}-{seconds}s.cbt"
+    """The cache file of a generated trace (same preset, seed and length → same trace; the
+    preset's fingerprint in the name, so a changed preset is not read from an old file)."""
+    from clawbed.traces.synth import preset_fingerprint
+
+    return state_dir() / "synth-traces" / f"{preset}-s{seed}-{seconds}s-{preset_fingerprint(preset)}.cbt"
 
 
 def materialize_trace(scenario: Scenario) -> Path:

@@ -351,11 +351,36 @@ def test_cli_plot(tmp_path: Path) -> None:
 def test_the_calibration_presets_span_lte13s_measured_throughput() -> None:
     """LTE13 Table 1 (large flows): DL p5/p50/p95 0.57/9.2/24.2 Mbit/s. The capacity a UE has
     alone in the cell is an upper bound of what TCP gets (fidelity row LTE-2 measures that):
-    the typical preset's sits at the median band, the centre's and edge's beyond the tails."""
+    the typical preset's sits above LTE13's median and below what 13 Mbit/s of TCP (4GTest's
+    12.7) would need at the ~0.8 of it Cubic gets beside the other users' bursts; the centre's
+    and edge's lie beyond the tails."""
     def alone_mbit_s(preset: str) -> np.ndarray:
         alone, _ = capacities_mbps(synthesize(preset, 120_000, 1))
         return alone[: len(alone) // 500 * 500].reshape(-1, 500).mean(axis=1)  # 500 ms bins, LTE13's method
 
-    assert 9.0 <= float(np.median(alone_mbit_s("typical"))) <= 13.0
+    assert 9.2 <= float(np.median(alone_mbit_s("typical"))) <= 13.0 / 0.8
     assert float(np.percentile(alone_mbit_s("cell-centre"), 50)) >= 24.2
     assert float(np.percentile(alone_mbit_s("cell-edge"), 50)) <= 2.1
+
+
+def test_a_recalibrated_preset_is_not_read_from_an_old_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The cache name of a generated trace carries the preset's fingerprint: the same preset
+    and model give the same name, a changed parameter (a recalibration) a new one."""
+    import dataclasses
+
+    from clawbed.orchestrator import spec
+    from clawbed.traces import synth
+
+    monkeypatch.setenv("CLAWBED_STATE", str(tmp_path))
+    before = spec.synth_path("typical", 1, 60)
+    assert before == spec.synth_path("typical", 1, 60)
+    assert before.name.startswith("typical-s1-60s-") and before.name != spec.synth_path("idle-cell", 1, 60).name
+    old = synth.PRESETS["typical"]
+    monkeypatch.setitem(synth.PRESETS, "typical", dataclasses.replace(
+        old, channel=dataclasses.replace(old.channel, mean_sinr_db=old.channel.mean_sinr_db + 1.0)))
+    assert spec.synth_path("typical", 1, 60) != before
+    monkeypatch.setattr(synth, "MODEL_VERSION", synth.MODEL_VERSION + 1)
+    monkeypatch.setitem(synth.PRESETS, "typical", old)
+    assert spec.synth_path("typical", 1, 60) != before
+    with pytest.raises(InputError, match="unknown preset 'nowhere'"):
+        synth.preset_fingerprint("nowhere")
