@@ -518,8 +518,13 @@ def _spdy3_checks(ctx: RowContext, summary: dict[str, dict[str, dict[str, Any]]]
                                 "no connection outlives the idle: the loader opens fresh connections for every load "
                                 "(a new browser or h2 client), so the promotion holds the client's SYN (the handshake "
                                 "takes the promotion) and the server's first flight leaves after it, its RTO never "
-                                "set by an earlier active period; the paper's case (a connection idle across the "
-                                "demotion, its RTT/RTO kept) needs connections kept across page views; " + evidence))
+                                "set by an earlier active period. The paper's case needs two things this build "
+                                "lacks: connections kept across page views (a connection idle across the demotion, "
+                                "its RTT/RTO kept), and a FACH that carries small packets at a low rate (SPDY App. "
+                                "A), so that the request leaves without a promotion and the response's flight is "
+                                "what FACH → DCH holds; the umts model holds any data in FACH, and a request on a "
+                                "kept connection would wait for the promotion itself, the server holding nothing "
+                                "unacknowledged; " + evidence))
     else:
         frac = len(with_rto) / len(promoted)
         out.checks.append(Check("3G: post-demotion first flights ending in a spurious RTO",
