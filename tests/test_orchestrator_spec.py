@@ -11,6 +11,7 @@ import yaml
 
 from clawbed.orchestrator.regress import MIN_LOADS
 from clawbed.orchestrator.spec import LoadedSpec, SpecError, load_spec, parse_spec
+from clawbed.traces.synth import preset_fingerprint
 
 GOOD = {
     "suite": "t",
@@ -95,7 +96,8 @@ def test_expansion_and_stable_ids(tmp_path: Path) -> None:
     slow = next(s for s in scenarios if s.condition_name == "slow")
     assert slow.condition.http == "1.1" and slow.condition.bs_buffer_bytes == 1 << 20
     synth = next(s for s in scenarios if s.trace == "synth:idle-cell" and s.seed == 2)
-    assert synth.trace_path.name == "idle-cell-s2-120s.cbt"
+    # Preset, seed, length, and the preset's fingerprint (a recalibrated preset is generated anew).
+    assert synth.trace_path.name == f"idle-cell-s2-120s-{preset_fingerprint('idle-cell')}.cbt"
     # Same settings → same ids, whatever the order of keys or the suite's schemes/repetitions.
     again = _with(["repetitions"], 7)
     again["matrix"]["schemes"] = ["bbr"]
