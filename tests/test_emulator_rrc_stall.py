@@ -99,6 +99,78 @@ def test_a_promotion_holds_a_downlink_flight(tmp_path: Path) -> None:
           f"{delay_ms.min():.1f}–{delay_ms.max():.1f} ms for {sent} packets")
 
 
+def _send_one(python: str, address: str, payload_bytes: int) -> list[str]:
+    """The argv that sends one UDP datagram of ``payload_bytes`` to ``address``:SINK_PORT."""
+    return [python, "-c", "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                          f"s.sendto(bytes({payload_bytes}), ({address!r}, {SINK_PORT}))"]
+
+
+#: The umts model's FACH defaults (emulator/policies.json), restated here as the oracle.
+FACH_BPS, FACH_THRESHOLD_BYTES, FACH_PROMOTION_MS = 32_000, 512, 1_500
+SMALL_PAYLOAD = 200
+UDP_IP_BYTES = 28
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux namespaces")
+def test_umts_fach_passes_small_packets_and_promotes_for_a_flight(tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.cbt", 10)
+    # A 1 s DCH tail: the UE is in FACH from about 1 s on (FACH → IDLE only after 12 s more).
+    rrc = {"kind": "umts", "dch_tail_ms": 1000}
+    with EmulatedCell(1, tmp_path / "run", ue={"trace": trace}, cell={"rrc": rrc, "harq": CLEAN_HARQ}) as cell:
+        ue, core = cell.topo.ues[0], cell.topo.core
+        with UdpSink([ue.name, core.name], SINK_PORT) as sink:
+            time.sleep(2.5)
+            core.run(_send_one(sys.executable, str(ue.address), SMALL_PAYLOAD), timeout_s=30)
+            time.sleep(0.5)
+            ue.run(_send_one(sys.executable, str(cell.topo.server_address), SMALL_PAYLOAD), timeout_s=30)
+            time.sleep(0.5)
+            # ~30 packets within ~20 ms: a response's first flight, far above the threshold.
+            core.run(send_udp_command(sys.executable, [(str(ue.address), SINK_PORT)], "16mbit", 1300, 0.02),
+                     timeout_s=30)
+            time.sleep(3.0)
+            cell.stop()
+            received = sink.counts()
+    truth = read_truth(tmp_path / "run" / "truth.cbcol")
+    rrc_state, t_ms = truth.ue(0, "rrc"), truth["t_ms"]
+    delivered = truth.ue(0, "delivered_packets")
+    log = read_packets(tmp_path / "run" / "packets.cbcol")
+
+    def state_at(t_us: int) -> str:
+        return str(rrc_state[min(int(np.searchsorted(t_ms, t_us // 1000)), len(t_ms) - 1)])
+
+    small_bytes = SMALL_PAYLOAD + UDP_IP_BYTES
+    down = log.select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK)
+    up = log.select(event=PacketEvent.DELIVER, direction=Direction.UPLINK)
+    small_down = np.flatnonzero(down["bytes"] == small_bytes)
+    small_up = np.flatnonzero(up["bytes"] == small_bytes)
+    assert len(small_down) == 1 and len(small_up) == 1, (down["bytes"], up["bytes"])
+    assert received[0][0] >= 11 and received[1][0] == 1, received
+    first_promoting = int(t_ms[np.flatnonzero(rrc_state == "promoting")[0]])
+    # The small packets: carried in FACH, each delayed by its bytes at the FACH rate (228 B at
+    # 4 B/ms = 57 ms) plus air and core delays (the uplink also its SR wait and grant).
+    on_air_ms = small_bytes * 8 / FACH_BPS * 1000
+    for log_rows, i, slack_ms in ((down, small_down[0], 60), (up, small_up[0], 90)):
+        arrival_us, actual_us = int(log_rows["t_arrival_us"][i]), int(log_rows["t_actual_us"][i])
+        assert state_at(arrival_us) == "fach" and actual_us // 1000 < first_promoting
+        assert on_air_ms <= (actual_us - arrival_us) / 1000 <= on_air_ms + slack_ms, (actual_us - arrival_us, on_air_ms)
+    delay_ms = (down["t_actual_us"][small_down[0]] - down["t_arrival_us"][small_down[0]]) / 1000
+    up_delay_ms = (up["t_actual_us"][small_up[0]] - up["t_arrival_us"][small_up[0]]) / 1000
+    # The flight: FACH → DCH for the promotion, nothing delivered meanwhile, then all of it.
+    i_promoting = int(np.flatnonzero(rrc_state == "promoting")[0])
+    i_connected = i_promoting + int(np.flatnonzero(rrc_state[i_promoting:] == "connected")[0])
+    assert rrc_state[i_promoting - 1] == "fach"
+    held_ms = int(t_ms[i_connected] - t_ms[i_promoting])
+    assert abs(held_ms - FACH_PROMOTION_MS) <= 1, held_ms
+    assert delivered[i_promoting:i_connected].sum() == 0
+    flight = down["bytes"] > FACH_THRESHOLD_BYTES
+    flight_delay_ms = (down["t_actual_us"][flight] - down["t_arrival_us"][flight]) / 1000
+    assert flight.sum() == received[0][0] - 1 >= 10
+    assert flight_delay_ms.min() >= FACH_PROMOTION_MS - 5, flight_delay_ms.min()
+    print(f"FACH: {small_bytes} B down in {delay_ms:.1f} ms, up in {up_delay_ms:.1f} ms "
+          f"(on air {on_air_ms:.0f} ms); flight of {flight.sum()} held {held_ms} ms, "
+          f"delays {flight_delay_ms.min():.0f}–{flight_delay_ms.max():.0f} ms")
+
+
 def _stall_run(out: Path, cell_config: dict[str, Any], trace: Path, seconds: float, rate: str) -> tuple[Any, Any]:
     with EmulatedCell(1, out, ue={"trace": trace}, cell=cell_config) as cell:
         with UdpSink([cell.topo.ues[0].name], SINK_PORT):

@@ -11,7 +11,7 @@ use crate::harq::{HarqEntity, LossModel, PendingTb, Transmission};
 use crate::queue::QueuePolicy;
 use crate::rlc::{Resolved, RlcEntity, TbPayload};
 use crate::rng::Rng;
-use crate::rrc::{DrxState, RrcInput, RrcModel, RrcState, RrcStep};
+use crate::rrc::{RrcInput, RrcModel, RrcState, RrcStep};
 use crate::rsrq::{rsrq_db, RsrqMeter, MIN_REPORTED_RSRQ_DB};
 use crate::scheduler::{Request, Scheduler};
 use crate::stall::StallProcess;
@@ -75,6 +75,20 @@ impl<H> Default for SubframeOutput<H> {
     }
 }
 
+/// What a UE's uplink buffer may send in a subframe (the data plane owns the buffer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UplinkAllowance {
+    /// Nothing: the radio connection is being set up, the UE is idle, or its link stalled.
+    Held,
+    /// Scheduled on the uplink's own capacity (connected).
+    Scheduled,
+    /// 3G FACH: at most this many bits, on the common channel.
+    CommonChannel {
+        /// Bits the UE may send in the subframe.
+        bits: u64,
+    },
+}
+
 /// The transport block a UE received in a subframe.
 struct Sent {
     block: TransportBlock,
@@ -82,6 +96,9 @@ struct Sent {
     /// Spatial layers of the block (a retransmission keeps its first transmission's).
     layers: u8,
     harq_retx: bool,
+    /// Carried by a 3G common channel (FACH), not by the shared channel a phone's diag
+    /// log reports.
+    common: bool,
 }
 
 /// One UE inside the cell.
@@ -107,6 +124,8 @@ struct Ue<H> {
     unreported_overflow: (u32, u64),
     /// The data plane reported uplink traffic since the last subframe.
     uplink_active: bool,
+    /// The UE's uplink buffer after the last of those packets arrived, bytes.
+    uplink_queued_bytes: u64,
 }
 
 /// Random streams of a UE: HARQ draws and RSRQ noise, apart so that one does not shift
@@ -248,6 +267,7 @@ impl<H> Cell<H> {
                     overflow_drops: 0,
                     unreported_overflow: (0, 0),
                     uplink_active: false,
+                    uplink_queued_bytes: 0,
                 }
             })
             .collect();
@@ -263,7 +283,7 @@ impl<H> Cell<H> {
             ues,
             now: vec![None; n],
             due: vec![None; n],
-            rrc_now: vec![RrcStep { state: RrcState::Connected, drx: DrxState::Continuous, reachable: true }; n],
+            rrc_now: vec![RrcStep::CONNECTED; n],
             stalled_now: vec![false; n],
             demand: vec![0; n],
             grants: vec![0; n],
@@ -305,17 +325,32 @@ impl<H> Cell<H> {
         self.stalled_now.get(ue.index()).copied()
     }
 
-    /// Reports uplink traffic from UE `ue` since the last subframe: it keeps the UE
-    /// connected, or starts its promotion when idle (RRC model on). Returns false for an
-    /// unknown UE.
-    pub fn uplink_activity(&mut self, ue: UeId) -> bool {
+    /// Reports uplink traffic from UE `ue` since the last subframe, with the UE's uplink
+    /// buffer once it arrived (`queued_bytes`): it keeps the UE connected, or starts its
+    /// promotion when idle (RRC model on); in 3G FACH a buffer above the threshold asks for
+    /// DCH. Returns false for an unknown UE.
+    pub fn uplink_activity(&mut self, ue: UeId, queued_bytes: u64) -> bool {
         match self.ues.get_mut(ue.index()) {
             Some(u) => {
                 u.uplink_active = true;
+                u.uplink_queued_bytes = u.uplink_queued_bytes.max(queued_bytes);
                 true
             }
             None => false,
         }
+    }
+
+    /// What UE `ue`'s uplink may send in the last subframe run; `None` for an unknown UE.
+    /// Held while its radio connection is being set up, in IDLE, or while its link is
+    /// stalled; on the common channel's budget in 3G FACH.
+    pub fn uplink_allowance(&self, ue: UeId) -> Option<UplinkAllowance> {
+        let (rrc, stalled) = (self.rrc_now.get(ue.index())?, self.stalled_now.get(ue.index())?);
+        Some(match (rrc.state, rrc.common) {
+            _ if *stalled => UplinkAllowance::Held,
+            (RrcState::Connected, _) => UplinkAllowance::Scheduled,
+            (_, Some(common)) => UplinkAllowance::CommonChannel { bits: common.uplink_bits },
+            _ => UplinkAllowance::Held,
+        })
     }
 
     /// Whether nothing is in flight: no UE holds a packet or a pending HARQ
@@ -399,6 +434,8 @@ impl<H> Cell<H> {
                 downlink_waiting: u.rlc.holds_packets(),
                 harq_busy: due.is_some() || u.harq.busy(),
                 uplink: std::mem::take(&mut u.uplink_active),
+                downlink_bytes: u.rlc.waiting_bytes(),
+                uplink_bytes: std::mem::take(&mut u.uplink_queued_bytes),
             };
             let rrc = u.rrc.step(t_ms, input, &mut u.rrc_rng);
             let stalled = u.stall.stalled(t_ms, &mut u.stall_rng) | now.is_some_and(|c| c.outage);
@@ -479,7 +516,7 @@ impl<H> Cell<H> {
                 } else if fails {
                     u.rlc.nacked(t_ms, &tb.payload, rlc_delay_ms, rlc_max_retx, &mut resolved);
                 }
-                sent = Some(Sent { block, payload: tb.payload, layers: tb.layers, harq_retx: true });
+                sent = Some(Sent { block, payload: tb.payload, layers: tb.layers, harq_retx: true, common: false });
             } else if let Some(Capacity::Channel { mcs, layers }) = now.map(|c| c.capacity).filter(|_| grant > 0) {
                 // A new transport block on the granted RBs.
                 let tbs_bits = lte::tbs::tbs_bits(mcs, grant, layers).unwrap_or(0);
@@ -504,7 +541,7 @@ impl<H> Cell<H> {
                 } else if fails {
                     u.rlc.nacked(t_ms, &payload, rlc_delay_ms, rlc_max_retx, &mut resolved);
                 }
-                sent = Some(Sent { block, payload, layers, harq_retx: false });
+                sent = Some(Sent { block, payload, layers, harq_retx: false, common: false });
             } else if let Some(Capacity::OpenLoop { bytes }) =
                 now.map(|c| c.capacity).filter(|_| self.rrc_now[i].reachable && !self.stalled_now[i])
             {
@@ -522,7 +559,24 @@ impl<H> Cell<H> {
                         mcs: 0,
                         num_rbs: 0,
                     };
-                    sent = Some(Sent { block, payload, layers: 1, harq_retx: false });
+                    sent = Some(Sent { block, payload, layers: 1, harq_retx: false, common: false });
+                }
+            } else if let Some(common) = self.rrc_now[i].common.filter(|c| c.downlink_bytes > 0 && !self.stalled_now[i])
+            {
+                // 3G FACH: the common channel's bytes, no scheduler, no HARQ.
+                let payload = u.rlc.fill(t_ms, u64::from(common.downlink_bytes));
+                let carried = u32::try_from(payload.len_bytes()).unwrap_or(u32::MAX);
+                if carried > 0 {
+                    let block = TransportBlock {
+                        harq_id: 0,
+                        rv: 0,
+                        ndi: 0,
+                        crc_pass: true,
+                        tb_size_bytes: carried,
+                        mcs: 0,
+                        num_rbs: 0,
+                    };
+                    sent = Some(Sent { block, payload, layers: 1, harq_retx: false, common: true });
                 }
             }
             let carried_bytes = match &sent {
@@ -563,6 +617,8 @@ impl<H> Cell<H> {
                 stalled: self.stalled_now[i],
             });
             let payload_bytes = |payload: &TbPayload| u32::try_from(payload.len_bytes()).unwrap_or(u32::MAX);
+            // The diag log shows the shared channel only; FACH's bytes are in the truth.
+            let pdsch = sent.as_ref().filter(|sent| !sent.common);
             out.diag.push(DiagRecord {
                 ue: u.id,
                 t_ms,
@@ -572,8 +628,8 @@ impl<H> Cell<H> {
                     frame_num,
                     subframe_num,
                     num_rbs: alloc_rbs,
-                    num_layers: sent.as_ref().map_or(layers, |sent| sent.layers),
-                    transport_block: sent.as_ref().map(|sent| sent.block),
+                    num_layers: pdsch.map_or(layers, |sent| sent.layers),
+                    transport_block: pdsch.map(|sent| sent.block),
                 },
                 // Filled below, once A_k is known.
                 serv_cell: ServCellMeasurement {
@@ -588,7 +644,7 @@ impl<H> Cell<H> {
                 mac: MacDlTransportBlock {
                     sfn: frame_num,
                     sub_fn: subframe_num,
-                    sample: sent.as_ref().map(|Sent { block, payload, .. }| MacSample {
+                    sample: pdsch.map(|Sent { block, payload, .. }| MacSample {
                         harq_id: block.harq_id,
                         dl_tbs_bytes: block.tb_size_bytes,
                         rlc_pdus: payload.rlc_pdus(),

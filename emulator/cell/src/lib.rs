@@ -101,7 +101,7 @@ pub mod stall;
 pub mod truth;
 pub mod uplink;
 
-pub use crate::cell::{Cell, SubframeOutput, UeSetup};
+pub use crate::cell::{Cell, SubframeOutput, UeSetup, UplinkAllowance};
 pub use crate::conditions::{
     Capacity, ConditionTrace, Conditions, ConditionsError, ConstantRate, MahimahiConditions, SubframeConditions,
     TraceColumns, TraceConditions,
@@ -109,7 +109,7 @@ pub use crate::conditions::{
 pub use crate::config::{CellConfig, ConfigError, UeConfig};
 pub use crate::diag::DiagRecord;
 pub use crate::policy::PolicyChoice;
-pub use crate::rrc::{DrxState, RrcState};
+pub use crate::rrc::{CommonChannel, DrxState, RrcState};
 pub use crate::scheduler::Scheduler;
 pub use crate::truth::{TruthRecord, UeTruth};
 

@@ -7,8 +7,11 @@
 //!   the next one; from idle a promotion whose delay is drawn (seeded) from the measured
 //!   distribution. Downlink data reaching an idle UE is paged first (it waits for the next
 //!   paging occasion), then promoted.
-//! - `umts`: CELL_DCH → CELL_FACH after the DCH tail → IDLE after the FACH tail; any data
-//!   in FACH or IDLE starts a promotion to DCH (1.5 s and 2 s) and waits for it.
+//! - `umts`: CELL_DCH → CELL_FACH after the DCH tail → IDLE after the FACH tail. In FACH
+//!   the UE shares a low-rate common channel: small packets (a request, ACKs) pass at the
+//!   FACH rate, and once the data waiting in either direction exceeds the buffer threshold
+//!   (3GPP 25.331 traffic-volume event 4a) a promotion to DCH (1.5 s) starts and holds
+//!   everything; any data in IDLE starts a promotion (2 s).
 //! - `off`: always connected, always reachable.
 //!
 //! A promotion holds every downlink packet of the UE: those that were already in flight
@@ -31,6 +34,8 @@
 //! | 3G FACH → IDLE | 12 000 ms | SPDY App. A |
 //! | 3G IDLE → DCH | 2 000 ms | SPDY §5.5.1, App. A; LTE13 §4.2 (cited) |
 //! | 3G FACH → DCH | 1 500 ms | LTE13 §4.2 (cited) |
+//! | 3G FACH rate, each direction | 32 kbit/s | SPDY App. A says only "a low rate": chosen, see Calibration |
+//! | 3G FACH → DCH buffer threshold, each direction | 512 B | not in the five papers: chosen, see Calibration |
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -47,7 +52,8 @@ pub enum RrcState {
     /// RRC_IDLE (LTE) or IDLE/PCH (3G): nothing can be scheduled; data waits for a
     /// promotion (downlink data first waits for the UE's paging occasion).
     Idle,
-    /// 3G CELL_FACH: low-power shared channel; data starts a promotion to DCH and waits.
+    /// 3G CELL_FACH: low-power common channel; small amounts of data pass at a low rate,
+    /// more start a promotion to DCH and wait for it.
     Fach,
     /// Being promoted: nothing is scheduled yet.
     Promoting,
@@ -79,6 +85,21 @@ pub struct RrcInput {
     pub harq_busy: bool,
     /// The data plane reported uplink traffic since the last subframe.
     pub uplink: bool,
+    /// Bytes waiting at the base station for the UE (the RLC buffer), bytes.
+    pub downlink_bytes: u64,
+    /// The UE's uplink buffer when its last packet arrived since the last subframe, bytes
+    /// (0 when none arrived).
+    pub uplink_bytes: u64,
+}
+
+/// What a UE on a common channel (3G CELL_FACH) may carry in one subframe, without a
+/// dedicated channel: a byte budget per direction, no scheduler, no HARQ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommonChannel {
+    /// Downlink bytes the UE may receive in this subframe.
+    pub downlink_bytes: u32,
+    /// Uplink bits the UE may send in this subframe.
+    pub uplink_bits: u64,
 }
 
 /// The model's answer for a subframe.
@@ -91,13 +112,18 @@ pub struct RrcStep {
     /// Whether the UE can be scheduled in this subframe (connected, and in continuous
     /// reception or a DRX on-duration).
     pub reachable: bool,
+    /// In CELL_FACH: what the common channel carries for the UE in this subframe (the UE
+    /// is not `reachable` by the scheduler meanwhile).
+    pub common: Option<CommonChannel>,
 }
 
 impl RrcStep {
-    const CONNECTED: RrcStep = RrcStep { state: RrcState::Connected, drx: DrxState::Continuous, reachable: true };
+    /// Connected in continuous reception.
+    pub const CONNECTED: RrcStep =
+        RrcStep { state: RrcState::Connected, drx: DrxState::Continuous, reachable: true, common: None };
 
     fn not_connected(state: RrcState) -> RrcStep {
-        RrcStep { state, drx: DrxState::NotConnected, reachable: false }
+        RrcStep { state, drx: DrxState::NotConnected, reachable: false, common: None }
     }
 }
 
@@ -304,7 +330,7 @@ impl RrcModel for LteRrc {
             self.last_activity_ms = t_ms;
             return RrcStep::CONNECTED;
         }
-        RrcStep { state: RrcState::Connected, drx, reachable }
+        RrcStep { state: RrcState::Connected, drx, reachable, common: None }
     }
 
     fn state(&self) -> RrcState {
@@ -313,37 +339,89 @@ impl RrcModel for LteRrc {
 }
 
 /// The 3G (UMTS) RRC machine: DCH, FACH, IDLE with fixed promotion delays (the papers give
-/// single values, no distribution).
+/// single values, no distribution), and the FACH common channel.
 #[derive(Clone, Debug)]
 pub struct UmtsRrc {
     /// Inactivity in DCH before FACH, ms.
     pub dch_tail_ms: u64,
-    /// Further inactivity in FACH before IDLE, ms.
+    /// Inactivity in FACH before IDLE, ms.
     pub fach_tail_ms: u64,
     /// IDLE → DCH promotion, ms.
     pub idle_promotion_ms: u64,
     /// FACH → DCH promotion, ms.
     pub fach_promotion_ms: u64,
+    /// The FACH common channel's rate to the UE, bit/s (0: no data in FACH, every packet
+    /// promotes).
+    pub fach_downlink_bps: u64,
+    /// The FACH (RACH) rate from the UE, bit/s (0: as for the downlink).
+    pub fach_uplink_bps: u64,
+    /// Bytes waiting at the base station above which FACH → DCH starts.
+    pub fach_downlink_threshold_bytes: u64,
+    /// Bytes in the UE's uplink buffer above which FACH → DCH starts.
+    pub fach_uplink_threshold_bytes: u64,
     state: RrcState,
+    /// DCH: the last subframe with activity.
     last_activity_ms: u64,
+    /// FACH: the last subframe with activity (or the one FACH began in).
+    fach_activity_ms: u64,
     connected_at_ms: u64,
+    /// FACH: the time up to which the channel's budget has been handed out.
+    budget_from_ms: u64,
+    /// FACH budgets' fractions carried to the next subframe, millibits.
+    downlink_carry_mbit: u64,
+    uplink_carry_mbit: u64,
     started: bool,
 }
 
 impl UmtsRrc {
     /// The machine with the given timers, starting in DCH as if its last activity had
-    /// been at time 0.
+    /// been at time 0, with no data path in FACH (set the `fach_*` fields for one).
     pub fn new(dch_tail_ms: u64, fach_tail_ms: u64, idle_promotion_ms: u64, fach_promotion_ms: u64) -> UmtsRrc {
         UmtsRrc {
             dch_tail_ms,
             fach_tail_ms,
             idle_promotion_ms,
             fach_promotion_ms,
+            fach_downlink_bps: 0,
+            fach_uplink_bps: 0,
+            fach_downlink_threshold_bytes: 0,
+            fach_uplink_threshold_bytes: 0,
             state: RrcState::Connected,
             last_activity_ms: 0,
+            fach_activity_ms: 0,
             connected_at_ms: 0,
+            budget_from_ms: 0,
+            downlink_carry_mbit: 0,
+            uplink_carry_mbit: 0,
             started: false,
         }
+    }
+
+    fn promote(&mut self, t_ms: u64, delay_ms: u64) {
+        self.state = RrcState::Promoting;
+        self.connected_at_ms = t_ms + delay_ms;
+    }
+
+    /// Whether what waits fits the common channel: a FACH rate, and both buffers at or
+    /// below their thresholds (above one, 25.331's event 4a asks for DCH).
+    fn fits_fach(&self, input: &RrcInput) -> bool {
+        self.fach_downlink_bps > 0
+            && input.downlink_bytes <= self.fach_downlink_threshold_bytes
+            && input.uplink_bytes <= self.fach_uplink_threshold_bytes
+    }
+
+    /// This subframe's FACH budgets for `dt_ms` elapsed ms, the fractions carried on.
+    fn fach_budget(&mut self, dt_ms: u64) -> CommonChannel {
+        let up_bps = if self.fach_uplink_bps > 0 { self.fach_uplink_bps } else { self.fach_downlink_bps };
+        // bit/s × ms = millibits.
+        self.downlink_carry_mbit =
+            self.downlink_carry_mbit.saturating_add(self.fach_downlink_bps.saturating_mul(dt_ms));
+        self.uplink_carry_mbit = self.uplink_carry_mbit.saturating_add(up_bps.saturating_mul(dt_ms));
+        let downlink_bytes = self.downlink_carry_mbit / 8_000;
+        let uplink_bits = self.uplink_carry_mbit / 1_000;
+        self.downlink_carry_mbit %= 8_000;
+        self.uplink_carry_mbit %= 1_000;
+        CommonChannel { downlink_bytes: u32::try_from(downlink_bytes).unwrap_or(u32::MAX), uplink_bits }
     }
 }
 
@@ -353,21 +431,26 @@ impl RrcModel for UmtsRrc {
             self.last_activity_ms = t_ms;
         }
         let wants = input.uplink || input.downlink_waiting;
-        // Timers of a connected UE: DCH → FACH → IDLE.
-        if matches!(self.state, RrcState::Connected | RrcState::Fach) && !(self.state == RrcState::Connected && wants) {
-            let since = t_ms.saturating_sub(self.last_activity_ms);
-            if since >= self.dch_tail_ms + self.fach_tail_ms {
-                self.state = RrcState::Idle;
-            } else if since >= self.dch_tail_ms {
-                self.state = RrcState::Fach;
-            }
+        // Timers: DCH → FACH after the DCH tail, FACH → IDLE after the FACH tail (from the
+        // later of entering FACH and its last activity); a skip over both lands in IDLE.
+        if self.state == RrcState::Connected && !wants && t_ms.saturating_sub(self.last_activity_ms) >= self.dch_tail_ms
+        {
+            self.state = RrcState::Fach;
+            self.fach_activity_ms = self.last_activity_ms + self.dch_tail_ms;
+            self.budget_from_ms = self.fach_activity_ms;
+            self.downlink_carry_mbit = 0;
+            self.uplink_carry_mbit = 0;
+        }
+        if self.state == RrcState::Fach
+            && !(wants && self.fits_fach(&input))
+            && t_ms.saturating_sub(self.fach_activity_ms) >= self.fach_tail_ms
+        {
+            self.state = RrcState::Idle;
         }
         match self.state {
-            RrcState::Idle | RrcState::Fach if wants => {
-                let delay = if self.state == RrcState::Idle { self.idle_promotion_ms } else { self.fach_promotion_ms };
-                self.state = RrcState::Promoting;
-                self.connected_at_ms = t_ms + delay;
-            }
+            RrcState::Fach if wants && self.fits_fach(&input) => self.fach_activity_ms = t_ms,
+            RrcState::Fach if wants => self.promote(t_ms, self.fach_promotion_ms),
+            RrcState::Idle if wants => self.promote(t_ms, self.idle_promotion_ms),
             _ => {}
         }
         if self.state == RrcState::Promoting && t_ms >= self.connected_at_ms {
@@ -376,13 +459,21 @@ impl RrcModel for UmtsRrc {
             self.state = RrcState::Connected;
             self.last_activity_ms = t_ms;
         }
-        if self.state != RrcState::Connected {
-            return RrcStep::not_connected(self.state);
+        match self.state {
+            RrcState::Connected => {
+                if wants || input.harq_busy {
+                    self.last_activity_ms = t_ms;
+                }
+                RrcStep::CONNECTED
+            }
+            RrcState::Fach => {
+                let dt_ms = t_ms.saturating_sub(self.budget_from_ms);
+                self.budget_from_ms = t_ms;
+                let common = self.fach_budget(dt_ms);
+                RrcStep { common: Some(common), ..RrcStep::not_connected(RrcState::Fach) }
+            }
+            state => RrcStep::not_connected(state),
         }
-        if wants || input.harq_busy {
-            self.last_activity_ms = t_ms;
-        }
-        RrcStep::CONNECTED
     }
 
     fn state(&self) -> RrcState {
@@ -390,11 +481,16 @@ impl RrcModel for UmtsRrc {
     }
 }
 
-const fn ms_param(name: &'static str, min: i64, max: i64, default: i64, doc: &'static str) -> Param {
+const fn int_param(name: &'static str, min: i64, max: i64, default: i64, doc: &'static str) -> Param {
     Param { name, kind: ParamType::Integer { min, max }, default: ParamDefault::Integer(default), doc }
 }
 
-fn ms(params: &Params, name: &str) -> u64 {
+const fn ms_param(name: &'static str, min: i64, max: i64, default: i64, doc: &'static str) -> Param {
+    int_param(name, min, max, default, doc)
+}
+
+/// A non-negative integer parameter (ms, bit/s, bytes).
+fn uint(params: &Params, name: &str) -> u64 {
     // Declared with a non-negative range.
     params.integer(name).max(0) as u64
 }
@@ -435,20 +531,21 @@ pub static POLICIES: Registry<dyn RrcModel + Send, ()> = Registry {
                     p.integer("promotion_ms") as f64,
                     p.integer("promotion_p75_ms") as f64,
                 );
-                let mut m = LteRrc::new(ms(p, "tail_ms"), promotion);
-                m.inactivity_ms = ms(p, "inactivity_ms");
-                m.short_cycle_ms = ms(p, "short_cycle_ms");
-                m.short_drx_ms = ms(p, "short_drx_ms");
-                m.long_cycle_ms = ms(p, "long_cycle_ms");
-                m.on_duration_ms = ms(p, "on_duration_ms");
-                m.paging_cycle_ms = ms(p, "paging_cycle_ms");
+                let mut m = LteRrc::new(uint(p, "tail_ms"), promotion);
+                m.inactivity_ms = uint(p, "inactivity_ms");
+                m.short_cycle_ms = uint(p, "short_cycle_ms");
+                m.short_drx_ms = uint(p, "short_drx_ms");
+                m.long_cycle_ms = uint(p, "long_cycle_ms");
+                m.on_duration_ms = uint(p, "on_duration_ms");
+                m.paging_cycle_ms = uint(p, "paging_cycle_ms");
                 Box::new(m)
             },
         },
         Policy {
             name: "umts",
-            summary: "3G: DCH → FACH after dch_tail_ms → IDLE after fach_tail_ms more; data in FACH or IDLE waits for \
-                      a promotion to DCH (fach_promotion_ms, idle_promotion_ms)",
+            summary: "3G: DCH → FACH after dch_tail_ms → IDLE after fach_tail_ms of FACH inactivity; in FACH small \
+                      packets pass at the FACH rate, and data above a buffer threshold waits for a promotion to DCH \
+                      (fach_promotion_ms), as any data in IDLE does (idle_promotion_ms)",
             params: &[
                 ms_param("dch_tail_ms", 1, 3_600_000, 5_000, "DCH → FACH after this inactivity, ms (SPDY App. A)"),
                 ms_param(
@@ -456,18 +553,46 @@ pub static POLICIES: Registry<dyn RrcModel + Send, ()> = Registry {
                     1,
                     3_600_000,
                     12_000,
-                    "FACH → IDLE after this further inactivity, ms (SPDY App. A)",
+                    "FACH → IDLE after this inactivity in FACH, ms (SPDY App. A)",
                 ),
                 ms_param("idle_promotion_ms", 0, 10_000, 2_000, "IDLE → DCH promotion, ms (SPDY §5.5.1; LTE13 §4.2)"),
                 ms_param("fach_promotion_ms", 0, 10_000, 1_500, "FACH → DCH promotion, ms (LTE13 §4.2, cited)"),
+                int_param(
+                    "fach_downlink_bps",
+                    0,
+                    2_000_000,
+                    32_000,
+                    "FACH rate to the UE, bit/s (0: any data in FACH promotes; SPDY App. A: \"a low rate\", \
+                     32 kbit/s chosen)",
+                ),
+                int_param("fach_uplink_bps", 0, 2_000_000, 32_000, "FACH (RACH) rate from the UE, bit/s (chosen)"),
+                int_param(
+                    "fach_downlink_threshold_bytes",
+                    0,
+                    1_000_000,
+                    512,
+                    "bytes waiting at the base station above which FACH → DCH starts (25.331 event 4a; chosen)",
+                ),
+                int_param(
+                    "fach_uplink_threshold_bytes",
+                    0,
+                    1_000_000,
+                    512,
+                    "bytes in the UE's uplink buffer above which FACH → DCH starts (25.331 event 4a; chosen)",
+                ),
             ],
             build: |p, _| {
-                Box::new(UmtsRrc::new(
-                    ms(p, "dch_tail_ms"),
-                    ms(p, "fach_tail_ms"),
-                    ms(p, "idle_promotion_ms"),
-                    ms(p, "fach_promotion_ms"),
-                ))
+                let mut m = UmtsRrc::new(
+                    uint(p, "dch_tail_ms"),
+                    uint(p, "fach_tail_ms"),
+                    uint(p, "idle_promotion_ms"),
+                    uint(p, "fach_promotion_ms"),
+                );
+                m.fach_downlink_bps = uint(p, "fach_downlink_bps");
+                m.fach_uplink_bps = uint(p, "fach_uplink_bps");
+                m.fach_downlink_threshold_bytes = uint(p, "fach_downlink_threshold_bytes");
+                m.fach_uplink_threshold_bytes = uint(p, "fach_uplink_threshold_bytes");
+                Box::new(m)
             },
         },
         Policy {
@@ -529,9 +654,24 @@ mod tests {
         m
     }
 
-    const DATA: RrcInput = RrcInput { downlink_waiting: true, harq_busy: false, uplink: false };
-    const QUIET: RrcInput = RrcInput { downlink_waiting: false, harq_busy: false, uplink: false };
-    const UPLINK: RrcInput = RrcInput { downlink_waiting: false, harq_busy: false, uplink: true };
+    const QUIET: RrcInput =
+        RrcInput { downlink_waiting: false, harq_busy: false, uplink: false, downlink_bytes: 0, uplink_bytes: 0 };
+    /// A full packet waiting at the base station (above the FACH threshold).
+    const DATA: RrcInput = RrcInput { downlink_waiting: true, downlink_bytes: 1_500, ..QUIET };
+    /// A full packet in the uplink buffer.
+    const UPLINK: RrcInput = RrcInput { uplink: true, uplink_bytes: 1_500, ..QUIET };
+
+    /// The registry's `umts` with its defaults (the FACH channel on).
+    fn umts_defaults() -> UmtsRrc {
+        let params = POLICIES.check(&PolicyChoice::named("umts")).unwrap();
+        let mut m = UmtsRrc::new(5_000, 12_000, 2_000, 1_500);
+        m.fach_downlink_bps = params.integer("fach_downlink_bps") as u64;
+        m.fach_uplink_bps = params.integer("fach_uplink_bps") as u64;
+        m.fach_downlink_threshold_bytes = params.integer("fach_downlink_threshold_bytes") as u64;
+        m.fach_uplink_threshold_bytes = params.integer("fach_uplink_threshold_bytes") as u64;
+        m.started = true;
+        m
+    }
 
     #[test]
     fn lte_promotion_drx_and_tail() {
@@ -657,6 +797,75 @@ mod tests {
             assert_eq!(m.step(t, QUIET, &mut rng).state, RrcState::Connected, "at {t}");
         }
         assert_eq!(m.step(107_000, QUIET, &mut rng).state, RrcState::Fach);
+    }
+
+    #[test]
+    fn small_packets_pass_in_fach_and_a_large_response_promotes() {
+        let mut rng = Rng::new(1, 0);
+        let mut m = umts_defaults();
+        assert_eq!(m.step(0, QUIET, &mut rng).state, RrcState::Connected);
+        let s = m.step(5_000, QUIET, &mut rng);
+        assert_eq!((s.state, s.reachable), (RrcState::Fach, false));
+        // A 300-byte request: FACH carries it, 32 kbit/s = 4 bytes per ms; no promotion.
+        let request = RrcInput { uplink: true, uplink_bytes: 300, ..QUIET };
+        let s = m.step(8_000, request, &mut rng);
+        assert_eq!(s.state, RrcState::Fach);
+        // 3 000 ms since the last subframe run: 12 000 bytes' worth of downlink, 96 000 bits up.
+        assert_eq!(s.common, Some(CommonChannel { downlink_bytes: 12_000, uplink_bits: 96_000 }));
+        let mut up_bits = 0;
+        for t in 8_001..8_076 {
+            let s = m.step(t, QUIET, &mut rng);
+            assert_eq!(s.state, RrcState::Fach, "at {t}");
+            up_bits += s.common.unwrap().uplink_bits;
+        }
+        assert_eq!(up_bits, 75 * 32);
+        // The response's first flight reaches the base station: above 512 bytes, FACH → DCH,
+        // and nothing is carried for the 1.5 s it takes.
+        let flight = RrcInput { downlink_waiting: true, downlink_bytes: 14_480, ..QUIET };
+        let s = m.step(8_100, flight, &mut rng);
+        assert_eq!((s.state, s.common), (RrcState::Promoting, None));
+        assert_eq!(m.step(9_599, flight, &mut rng).state, RrcState::Promoting);
+        assert!(m.step(9_600, flight, &mut rng).reachable);
+        // A small downlink packet in FACH (an ACK, a ping) restarts FACH's timer, no promotion.
+        assert_eq!(m.step(14_600, QUIET, &mut rng).state, RrcState::Fach);
+        let ping = RrcInput { downlink_waiting: true, downlink_bytes: 84, ..QUIET };
+        assert_eq!(m.step(20_000, ping, &mut rng).state, RrcState::Fach);
+        assert_eq!(m.step(31_999, QUIET, &mut rng).state, RrcState::Fach);
+        assert_eq!(m.step(32_000, QUIET, &mut rng).state, RrcState::Idle);
+        // In IDLE even a small packet waits for the 2 s promotion.
+        assert_eq!(m.step(40_000, request, &mut rng).state, RrcState::Promoting);
+        assert_eq!(m.step(42_000, QUIET, &mut rng).state, RrcState::Connected);
+    }
+
+    #[test]
+    fn fach_budgets_keep_the_rate_over_odd_fractions() {
+        let mut rng = Rng::new(1, 0);
+        let mut m = umts_defaults();
+        m.fach_downlink_bps = 12_345;
+        m.fach_uplink_bps = 0;
+        m.step(0, QUIET, &mut rng);
+        assert_eq!(m.step(5_000, QUIET, &mut rng).state, RrcState::Fach);
+        let (mut down, mut up) = (0u64, 0u64);
+        for t in 5_001..=15_000 {
+            let c =
+                m.step(t, RrcInput { downlink_waiting: true, downlink_bytes: 10, ..QUIET }, &mut rng).common.unwrap();
+            down += u64::from(c.downlink_bytes);
+            up += c.uplink_bits;
+        }
+        // 10 s at 12 345 bit/s, within one byte; the uplink at the downlink's rate (0 = same).
+        assert!((down as i64 - 12_345 * 10 / 8).abs() <= 1, "{down}");
+        assert!((up as i64 - 123_450).abs() <= 1, "{up}");
+    }
+
+    #[test]
+    fn a_zero_fach_rate_promotes_on_any_data() {
+        let mut rng = Rng::new(1, 0);
+        let mut m = umts_defaults();
+        m.fach_downlink_bps = 0;
+        m.step(0, QUIET, &mut rng);
+        assert_eq!(m.step(5_000, QUIET, &mut rng).state, RrcState::Fach);
+        let ack = RrcInput { uplink: true, uplink_bytes: 52, ..QUIET };
+        assert_eq!(m.step(5_001, ack, &mut rng).state, RrcState::Promoting);
     }
 
     #[test]

@@ -124,10 +124,14 @@ impl<T> Uplink<T> {
     /// Transmits in subframe `t_ms` (which starts at `t_ms` ms), whose capacity is the
     /// trace's at trace time `trace_ms` (`t_ms` unless the traces were moved, see
     /// `Cell::seek_trace`): packets granted by then drain by that capacity; each packet
-    /// whose last byte went is passed to `sent`.
-    pub fn transmit(&mut self, t_ms: u64, trace_ms: u64, mut sent: impl FnMut(T)) {
+    /// whose last byte went is passed to `sent`. `limit_bits`: at most this many bits in
+    /// the subframe whatever the capacity (a 3G common channel's budget).
+    pub fn transmit(&mut self, t_ms: u64, trace_ms: u64, limit_bits: Option<u64>, mut sent: impl FnMut(T)) {
         let start_ns = t_ms as Nanos * NANOS_PER_MS;
-        let mut budget = self.capacity.bits(trace_ms);
+        let mut budget = match (self.capacity.bits(trace_ms), limit_bits) {
+            (Some(capacity), Some(limit)) => Some(capacity.min(limit)),
+            (capacity, limit) => capacity.or(limit),
+        };
         while let Some(head) = self.queue.front_mut() {
             if head.ready_ns > start_ns || budget == Some(0) {
                 break;
@@ -172,7 +176,7 @@ mod tests {
     fn run(up: &mut Uplink<u32>, from_ms: u64, to_ms: u64) -> Vec<(u64, u32)> {
         let mut out = Vec::new();
         for t in from_ms..to_ms {
-            up.transmit(t, t, |id| out.push((t, id)));
+            up.transmit(t, t, None, |id| out.push((t, id)));
         }
         out
     }

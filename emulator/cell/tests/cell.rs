@@ -5,7 +5,7 @@ mod common;
 use cell::conditions::{Conditions, MAHIMAHI_OPPORTUNITY_BYTES};
 use cell::{
     Cell, CellConfig, ConstantRate, DropCause, Enqueued, MahimahiConditions, PolicyChoice, RrcState, SubframeOutput,
-    UeConfig, UeId, UeSetup,
+    UeConfig, UeId, UeSetup, UplinkAllowance,
 };
 use common::*;
 
@@ -359,7 +359,7 @@ fn a_cell_is_idle_when_nothing_is_in_flight() {
     cell.run_subframe(1, &mut out);
     assert_eq!(out.delivered.len(), 1);
     assert!(cell.is_idle());
-    cell.uplink_activity(UeId(0));
+    cell.uplink_activity(UeId(0), 100);
     assert!(!cell.is_idle(), "uplink activity waits for the next subframe");
 }
 
@@ -401,9 +401,50 @@ fn rrc_promotion_holds_the_first_packet() {
     // Promotion from subframe 1001 takes 435 ms; then it goes idle after the 1 s tail.
     assert_eq!(delivered_at, Some(1436));
     assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Idle));
-    assert!(cell.uplink_activity(UeId(0)));
+    assert!(cell.uplink_activity(UeId(0), 100));
     cell.run_subframe(3000, &mut out);
     assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Promoting));
+}
+
+#[test]
+fn umts_fach_carries_a_small_packet_slowly_and_promotes_for_a_flight() {
+    let mut config = config("proportional-fair");
+    config.rrc = PolicyChoice::parse("umts").unwrap();
+    let mut cell = one_ue(config, conditions(constant_columns(100, 20, 0)));
+    let mut out = SubframeOutput::new();
+    for t in 0..=5_001 {
+        cell.run_subframe(t, &mut out);
+    }
+    // FACH from 5 000 ms (the DCH tail); its budget accrues from then.
+    assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Fach));
+    assert_eq!(cell.uplink_allowance(UeId(0)), Some(UplinkAllowance::CommonChannel { bits: 32 }));
+    // 100 bytes at 32 kbit/s (4 bytes a subframe): 25 subframes, none of them on the PDSCH.
+    cell.enqueue(UeId(0), 100, (0, 0));
+    let mut delivered_at = None;
+    for t in 5_002..5_100 {
+        cell.run_subframe(t, &mut out);
+        assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Fach), "at {t}");
+        assert!(out.diag[0].pdsch.transport_block.is_none(), "at {t}");
+        if !out.delivered.is_empty() {
+            delivered_at.get_or_insert(t);
+        }
+    }
+    assert_eq!(delivered_at, Some(5_026));
+    // A 1 500-byte packet is above the 512-byte threshold: FACH → DCH holds it 1.5 s.
+    cell.enqueue(UeId(0), 1_500, (0, 1));
+    let mut delivered_at = None;
+    for t in 5_100..7_000 {
+        cell.run_subframe(t, &mut out);
+        if t < 6_600 {
+            assert_eq!(cell.rrc_state(UeId(0)), Some(RrcState::Promoting), "at {t}");
+            assert_eq!(cell.uplink_allowance(UeId(0)), Some(UplinkAllowance::Held));
+        }
+        if !out.delivered.is_empty() {
+            delivered_at.get_or_insert(t);
+        }
+    }
+    assert_eq!(delivered_at, Some(6_600));
+    assert_eq!(cell.uplink_allowance(UeId(0)), Some(UplinkAllowance::Scheduled));
 }
 
 #[test]

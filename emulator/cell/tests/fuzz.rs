@@ -82,7 +82,7 @@ proptest! {
             }
             let t0 = t0 % (1 << 40);
             for t in 0..120 {
-                up.transmit(t, t0.saturating_add(t), |_| {});
+                up.transmit(t, t0.saturating_add(t), None, |_| {});
             }
             let _ = up.drain().count();
             prop_assert_eq!(up.queued_bytes(), 0);

@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cell::{Cell, DropCause, Enqueued, RrcState, SubframeOutput, TruthRecord, UeId};
+use cell::{Cell, DropCause, Enqueued, SubframeOutput, TruthRecord, UeId, UplinkAllowance};
 use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
@@ -450,8 +450,9 @@ impl Engine {
                 }
                 Direction::Uplink => {
                     self.counters.ues[ue].uplink.received.add(len);
-                    self.cell.uplink_activity(UeId(a.ue));
-                    if let Err(item) = lane.uplink.arrive(arrival_ns, len as u32, item) {
+                    let arrived = lane.uplink.arrive(arrival_ns, len as u32, item);
+                    self.cell.uplink_activity(UeId(a.ue), lane.uplink.queued_bytes());
+                    if let Err(item) = arrived {
                         self.counters.ues[ue].uplink.dropped_overflow.add(len);
                         self.drops.push(drop_record(
                             arrival_ns,
@@ -512,15 +513,16 @@ impl Engine {
         let (trace_k, trace_shift_ms) = (self.cell.trace_ms(k), self.cell.trace_shift_ms());
         for (i, lane) in self.lanes.iter_mut().enumerate() {
             // While the UE's radio connection is being set up, or its link is stalled, its
-            // uplink waits too.
-            let ue = UeId(i as u16);
-            if self.cell.rrc_state(ue) != Some(RrcState::Connected) || self.cell.stalled(ue) == Some(true) {
-                continue;
-            }
+            // uplink waits too; in 3G FACH it trickles on the common channel.
+            let limit_bits = match self.cell.uplink_allowance(UeId(i as u16)) {
+                Some(UplinkAllowance::Scheduled) => None,
+                Some(UplinkAllowance::CommonChannel { bits }) => Some(bits),
+                Some(UplinkAllowance::Held) | None => continue,
+            };
             let due_ns = end_ns + self.timing.air_ns + lane.links.core_up.at(end_ns, trace_shift_ms);
             let lane_id = Lane::of(i, Direction::Uplink);
             let counters = &mut self.counters;
-            lane.uplink.transmit(k, trace_k, |item| {
+            lane.uplink.transmit(k, trace_k, limit_bits, |item| {
                 if hand_over(&tx, TxItem { lane: lane_id, due_ns, item }, counters) {
                     earliest = earliest.min(due_ns);
                 }
