@@ -107,7 +107,8 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
                                         off_ms=c.off_ms) for c in cond.cross_traffic],
         other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page) for o in cond.other_ues],
         ue_rmem=None if cond.ue_rmem is None else str(cond.ue_rmem), drwa=cond.drwa, rrc=cond.rrc, stall=cond.stall,
-        idle_before_s=cond.idle_before_s)
+        idle_before_s=cond.idle_before_s, keep_connections=cond.keep_connections,
+        server_sysctls=dict(cond.server_sysctls))
 
     def on_event(event: ReplayEvent) -> None:
         if event.kind == "load-done" and event.record is not None:

@@ -30,6 +30,8 @@ A spec (every key but ``suite`` and ``matrix`` or ``matrices`` is optional)::
                                       # or {kind: umts, dch_tail_ms: 3000} (emulator/policies.json)
           stall: {kind: poisson, mean_interval_s: 10, min_ms: 200, max_ms: 3000}   # or off (default)
           idle_before_s: 60           # the replay waits this long, nothing sent, before each load
+          keep_connections: true      # one browser for all loads: connections carry over (one scheme)
+          server_sysctls: {net.ipv4.tcp_slow_start_after_idle: "1"}   # over the schemes' common ones
 
 Instead of ``matrix``, ``matrices`` lists several named matrices (each with the keys above
 and a ``name``): the suite's scenarios are their union, so one spec can hold settings that
@@ -150,6 +152,11 @@ class Condition(_Strict):
     #: Seconds the replay waits before each load, the emulator running and nothing sent, so the
     #: UE's radio demotes as between the SPDY paper's page views (60 s apart).
     idle_before_s: float = Field(0.0, ge=0, le=MAX_IDLE_BEFORE_S)
+    #: One browser for all of a scenario's loads, so connections carry over between them
+    #: (replay's ``keep_connections``; the browser loader and one scheme only).
+    keep_connections: StrictBool = False
+    #: Server sysctls over the schemes' common ones (replay's ``server_sysctls``).
+    server_sysctls: dict[str, str] = {}
 
     @field_validator("rrc", "stall")
     @classmethod
@@ -561,7 +568,8 @@ def scenario_settings(trace: str, page: str, condition: Condition, seed: int, lo
                       synth_seconds: int | None, load_timeout_s: float) -> dict[str, Any]:
     cond = condition.model_dump(mode="json", exclude={"name"})
     # UE and radio settings added later count only when set: the ids of conditions without them stay.
-    for key, unset in (("ue_rmem", None), ("drwa", False), ("rrc", None), ("stall", None), ("idle_before_s", 0.0)):
+    for key, unset in (("ue_rmem", None), ("drwa", False), ("rrc", None), ("stall", None), ("idle_before_s", 0.0),
+                       ("keep_connections", False), ("server_sysctls", {})):
         if cond.get(key) == unset:
             cond.pop(key, None)
     return {"trace": trace, "page": page, "condition": cond, "seed": seed, "loader": loader,

@@ -66,6 +66,19 @@ def _bool(text: str) -> bool:
     if text.lower() not in ("true", "false"):
         raise ValueError(text)
     return text.lower() == "true"
+
+
+def _key_values(values: tuple[str, ...], flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` options → {key: value}; a value without ``=`` is refused, naming the flag."""
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key.strip() or not rest.strip():
+            raise click.BadParameter(f"{value!r}: KEY=VALUE expected", param_hint=flag)
+        out[key.strip()] = rest.strip()
+    return out
+
+
 @click.command("replay")
 @click.option("--trace", "trace", type=click.Path(path_type=Path), default=DEFAULT_TRACE, show_default=True,
               help="PHY trace driving the cell (.cbt or .csv)")
@@ -129,6 +142,12 @@ def _bool(text: str) -> bool:
 @click.option("--idle-before-s", type=float, default=0.0, show_default=True,
               help="wait this long before each load, nothing sent, so the UE's radio demotes (the SPDY paper "
                    "loads pages 60 s apart)")
+@click.option("--keep-connections", is_flag=True,
+              help="one browser for every load (a new tab each, cache off), so connections opened by a load "
+                   "carry the next, idle in between (browser loader, one scheme)")
+@click.option("--server-sysctl", "server_sysctls", multiple=True, metavar="KEY=VALUE",
+              help="a server sysctl over the schemes' common ones (repeatable), e.g. "
+                   "net.ipv4.tcp_slow_start_after_idle=1 as the SPDY paper's servers had")
 @click.option("--reserve-cpu/--no-reserve-cpu", "reserve_cpu", default=None,
               help="run the emulator's clock and writer on a CPU of their own, the run's other processes on the "
                    "rest (default: with 4 CPUs or more; on fewer the rest are starved, see replay/cpus.py)")
@@ -139,7 +158,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
            seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
            rerun_late: bool, ue_rmem: str | None, drwa: bool, capture_server: bool, rrc: str | dict[str, Any] | None,
-           stall: str | dict[str, Any] | None, idle_before_s: float, reserve_cpu: bool | None) -> None:
+           stall: str | dict[str, Any] | None, idle_before_s: float, keep_connections: bool,
+           server_sysctls: tuple[str, ...], reserve_cpu: bool | None) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -156,6 +176,7 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace,
         inject_delay_ms=inject_delay_ms, rerun_late=rerun_late, ue_rmem=ue_rmem, drwa=drwa,
         capture_server=capture_server, rrc=rrc, stall=stall, idle_before_s=idle_before_s,
+        keep_connections=keep_connections, server_sysctls=_key_values(server_sysctls, "--server-sysctl"),
         reserve_emulator_cpu=reserve_cpu)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

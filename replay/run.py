@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -100,6 +101,8 @@ TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
 #: ``promoting``, ``connected``), the DRX state, and 1 while its link was stalled. Empty in a
 #: file of an emulator without them.
 RADIO_TRUTH_COLUMNS = ("rrc", "drx", "stalled")
+#: The server sysctls a replay may set (``server_sysctls``): the network stack's only.
+SERVER_SYSCTL_KEY = re.compile(r"net\.(ipv4|core)\.[a-z0-9_]+")
 #: Longest wait before a load (``idle_before_s``), s.
 MAX_IDLE_BEFORE_S = 3600.0
 #: How long background traffic runs before the first load, s: long enough for bulk flows to
@@ -174,6 +177,13 @@ class ReplayConfig:
     #: demotes as between the SPDY paper's page views (60 s apart), s. In the load's
     #: ``overhead_ms`` as ``idle_before``; outside its timing-integrity span.
     idle_before_s: float = 0.0
+    #: One browser for all the run's loads (each in a new tab, the cache still off), so the
+    #: connections an earlier load opened carry the next one, idle in between as a user's
+    #: browser keeps them (the SPDY paper's persistent connection). Browser loader, one scheme.
+    keep_connections: bool = False
+    #: Server sysctls over the schemes' common ones (``clawbed.claw.server.sysctls``), e.g. the
+    #: SPDY paper's servers' ``net.ipv4.tcp_slow_start_after_idle = 1``; set for each load.
+    server_sysctls: dict[str, str] = field(default_factory=dict)
     #: Run the emulator's clock and writer on a CPU of their own and the run's other processes
     #: on the rest (``replay/cpus.py``: why, and what it costs): True with two CPUs or more,
     #: None (auto) with :data:`cpus.AUTO_MIN_CPUS` or more, False never.
@@ -228,6 +238,15 @@ class ReplayConfig:
                     raise InputError(f"{option}: {e}") from None
         if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
             raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
+        for key, value in self.server_sysctls.items():
+            if not SERVER_SYSCTL_KEY.fullmatch(key) or not str(value).strip():
+                raise InputError(f"--server-sysctl {key}={value}: a net.ipv4.* or net.core.* key and a value expected")
+        if self.keep_connections and self.loader != "browser":
+            raise InputError(f"--keep-connections: only the browser loader keeps connections, not {self.loader!r}")
+        if self.keep_connections and len(self.schemes) > 1:
+            raise InputError(f"--keep-connections: give one scheme, not {','.join(self.schemes)}: a connection "
+                             f"one scheme's load opened would carry the next scheme's load with its own "
+                             f"congestion control")
         if self.reserve_emulator_cpu and len(cpus.allowed_cpus()) < 2:
             raise InputError(f"--reserve-cpu: needs two CPUs, and this process may run on "
                              f"{len(cpus.allowed_cpus())} ({sorted(cpus.allowed_cpus())})")
@@ -531,9 +550,10 @@ class Replay:
         sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s).open()
         res.callback(sampler.close)
         # One loader process answers the run's loads (each still has a browser or client of
-        # its own): started now, its start-up is no load's.
+        # its own, unless connections are kept): started now, its start-up is no load's.
         self._loader = loaders.LoaderWorker(res, ue.ns, cfg.loader, http1=cfg.http_version == "1.1",
-                                            access=self.access, log_dir=self.run_dir.path)
+                                            access=self.access, log_dir=self.run_dir.path,
+                                            loader_args=["--keep-connections"] if cfg.keep_connections else [])
         res.callback(self._loader.close)
         self._loader.start()
         diag = DiagTail(emu.diag_path(0))
@@ -556,7 +576,7 @@ class Replay:
                 ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
                                     server_address=str(server_address), server_device=server_device,
                                     ues=[endpoint], feedback_period_ms=cfg.feedback_period_ms,
-                                    client_args=client_args)
+                                    client_args=client_args, sysctls=dict(cfg.server_sysctls))
                 record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
                                                     trace_ms, emu.seek)
                 mark = time.monotonic()

@@ -131,10 +131,17 @@ def test_the_replay_sets_the_emulators_cell_rrc_and_stall(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("fields,flag", [({"rrc": "5g"}, "--rrc: unknown rrc '5g'"),
                                          ({"stall": {"kind": "poisson", "max_ms": 0}}, "--stall: max_ms:"),
-                                         ({"idle_before_s": -1.0}, "--idle-before-s -1.0: must be 0..3600")])
+                                         ({"idle_before_s": -1.0}, "--idle-before-s -1.0: must be 0..3600"),
+                                         ({"keep_connections": True, "loader": "h2"},
+                                          "--keep-connections: only the browser loader"),
+                                         ({"keep_connections": True, "schemes": ["claw", "cubic"]},
+                                          "--keep-connections: give one scheme, not claw,cubic"),
+                                         ({"server_sysctls": {"kernel.panic": "1"}},
+                                          "--server-sysctl kernel.panic=1: a net.ipv4.* or net.core.* key")])
 def test_a_bad_replay_setting_names_its_flag(fields: dict[str, Any], flag: str) -> None:
+    settings = {"trace": TRACE, "page": "set-01", "schemes": ["cubic"], "runs": 1, **fields}
     with pytest.raises(InputError) as err:
-        ReplayConfig(trace=TRACE, page="set-01", schemes=["cubic"], runs=1, **fields).check()
+        ReplayConfig(**settings).check()
     assert flag in str(err.value)
 
 
@@ -150,7 +157,8 @@ def test_cli_flags_take_names_and_parameters_from_the_registry() -> None:
     for args, message in ((["--rrc", "5g"], "Invalid value for '--rrc': '5g': one of lte, umts, off"),
                           (["--rrc", "umts:tail_ms=5"], "Invalid value for '--rrc': 'tail_ms=5': give KEY=VALUE"),
                           (["--stall", "poisson:min_ms=0"], "Invalid value for '--stall': min_ms: must be an integer"),
-                          (["--idle-before-s", "soon"], "Invalid value for '--idle-before-s'")):
+                          (["--idle-before-s", "soon"], "Invalid value for '--idle-before-s'"),
+                          (["--server-sysctl", "net.ipv4.tcp_frto"], "Invalid value for --server-sysctl: 'net.ipv4.tcp_frto': KEY=VALUE")):
         result = cli.invoke(replay, args)
         assert result.exit_code == 2 and message in result.output, result.output
     assert "--rrc [lte|umts|off][:KEY=VALUE,...]" in cli.invoke(replay, ["--help"]).output

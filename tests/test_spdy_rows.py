@@ -50,9 +50,11 @@ def _write(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> 
 
 def _load(tmp_path: Path, index: int, label: str, scheme: str, plt_s: float, *, rto: bool = False, demoted: bool = True,
           flows: int = 1, cwnd: int = 20, drops: int = 0, counters: dict[str, int] | None = None,
-          spare: int = 0) -> LoadRow:
+          spare: int = 0, kept: bool = False, start_state: str = "idle") -> LoadRow:
     """A load's row and its directory: ``flows`` server connections whose cwnd grows to ``cwnd``;
-    with ``rto``, the first one's timer fires during the promotion and the kernel undoes it."""
+    with ``rto``, the first one's timer fires during the promotion and the kernel undoes it; with
+    ``kept``, the connections were sampled before the load's loader started (kept from an earlier
+    load); ``start_state``: the UE's RRC state until the promotion."""
     run = tmp_path / "run"
     d = run / "loads" / f"{index:03d}-{scheme}"
     tcp = []
@@ -70,19 +72,19 @@ def _load(tmp_path: Path, index: int, label: str, scheme: str, plt_s: float, *, 
     _write(d / "tcp.csv", SAMPLE_COLUMNS, tcp)
     truth = [{"t_unix_s": T0 + k / 1000, "overflow_drops": drops if k == 0 else 0, "rlc_loss_drops": 0,
               "delivered_bytes": 1448 if k >= CONNECTED_S * 1000 + 30 else 0,
-              "rrc": ("idle" if k < PROMOTING_S * 1000 else "promoting" if k < CONNECTED_S * 1000 else "connected")
+              "rrc": (start_state if k < PROMOTING_S * 1000 else "promoting" if k < CONNECTED_S * 1000 else "connected")
               if demoted else "connected"} for k in range(3000)]
     _write(d / "truth.csv", (*TRUTH_CSV_COLUMNS, *RADIO_TRUTH_COLUMNS), truth)
     if counters is not None:
         (d / "netstat.json").write_text(json.dumps(counters))
-    return _load_row(d, index, label, scheme, plt_s)
+    return _load_row(d, index, label, scheme, plt_s, t_start=T0 + 0.005 if kept else T0 - 0.05)
 
 
 def _load_row(load_dir: Path, index: int, label: str = "3g.cbt/set-08/3g-h2/s1", scheme: str = "cubic",
-              plt_s: float = 9.0) -> LoadRow:
+              plt_s: float = 9.0, t_start: float = T0 - 0.05) -> LoadRow:
     return LoadRow(suite="s", sweep="w", scenario_id="x", label=label, scheme=scheme, repetition=index, ok=True,
                    plt_ms=plt_s * 1000, bytes_total=1, protocol="h2", error=None, run_dir=str(load_dir.parents[1]),
-                   load_index=index, t_start_unix_s=T0, t_end_unix_s=T0 + 3, recorded_unix_s=T0)
+                   load_index=index, t_start_unix_s=t_start, t_end_unix_s=T0 + 3, recorded_unix_s=T0)
 
 
 def test_a_loads_promotion_and_its_post_demotion_rto(tmp_path: Path) -> None:
@@ -162,6 +164,35 @@ def test_spdy3_says_why_fresh_connections_show_no_post_idle_rto(tmp_path: Path,
     assert checks["3G: post-demotion first flights ending in a spurious RTO"].ok is True
     assert checks["3G: ssthresh reduced by those RTOs"].ok is False  # undone: infinite again
     assert checks["data retransmissions per 20 loads: 3G / LTE"].ok is None
+
+
+def test_spdy3_judges_kept_connections_by_the_state_the_idle_left(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    undone = {"TcpExtTCPTimeouts": 1, "TcpExtTCPLossUndo": 1}
+    # On kept connections from FACH: the flight held past the RTO, undone; the short idle's
+    # loads restart at IW (the samples' cwnd 10 when they send again) with no RTO.
+    loads = [_load(tmp_path, i, f"3g.cbt/set-08/3g-{proto}/s1", "cubic", 9, rto=True, counters=undone, kept=True,
+                   start_state="fach") for i, proto in enumerate(("h2", "h1"))]
+    loads += [_load(tmp_path, 10 + i, f"3g-short.cbt/set-08/3g-short-{proto}/s1", "cubic", 7, kept=True,
+                    demoted=False) for i, proto in enumerate(("h2", "h1"))]
+    out = _run_row(tmp_path, monkeypatch, "SPDY-3", loads)
+    checks = {c.name: c for c in out.checks}
+    first = checks["3G: post-demotion first flights ending in a spurious RTO"]
+    assert first.ok is True and "2 of 2 promoted loads on kept connections" in first.value
+    assert "2 in fach" in first.value
+    short = checks["3G: idles shorter than the demotion timer give cwnd = IW, no RTO"]
+    assert short.ok is True and "10, 10 (2 at most IW)" in short.value
+    assert "tcp_slow_start_after_idle = 1" in short.value
+    # From IDLE the request itself waits: no RTO, and the check says why.
+    loads = [_load(tmp_path, 20 + i, f"3g.cbt/set-08/3g-{proto}/s1", "cubic", 9, kept=True)
+             for i, proto in enumerate(("h2", "h1"))]
+    loads += [_load(tmp_path, 30, "3g-short.cbt/set-08/3g-short-h2/s1", "cubic", 7, kept=True, cwnd=30,
+                    demoted=False, rto=True)]
+    out = _run_row(tmp_path, monkeypatch, "SPDY-3", loads)
+    checks = {c.name: c for c in out.checks}
+    first = checks["3G: post-demotion first flights ending in a spurious RTO"]
+    assert first.ok is False and "2 of 2 promotions started in IDLE" in first.cause
+    assert checks["3G: idles shorter than the demotion timer give cwnd = IW, no RTO"].ok is False  # an RTO
 
 
 CLAWBED = Path(sys.executable).parent / "clawbed"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,9 @@ def _h2_vs_h1_matrices(ctx: RowContext, pages: list[str], scheme: list[str]) -> 
     for name, prof in p["profiles"].items():
         # The radio keys only when the row sets them: the other rows' scenario ids stay.
         radio = {k: prof[k] for k in ("rrc", "stall") if prof.get(k) is not None}
+        for key in ("keep_connections", "server_sysctls"):
+            if prof.get(key, p.get(key)):
+                radio[key] = prof.get(key, p.get(key))
         idle_s = _idle_before_s(p, prof)
         if idle_s:
             radio["idle_before_s"] = idle_s
@@ -296,14 +300,16 @@ def _num(text: str) -> float:
 def _spdy_load(r: LoadRow) -> dict[str, Any]:
     """One load's radio and TCP facts from its directory: per server connection the mean and max
     cwnd (segments), retransmissions and its first RTO (ca_state Loss: when, ssthresh before and
-    after); the UE's RRC state at the load's start and its promotion (truth.csv ``rrc``), the
-    packets the emulator dropped, and the server namespace's timeout counters (netstat.json)."""
+    after), whether it was kept from an earlier load (sampled before this one's loader started)
+    and then its cwnd when it first sent in this load; the UE's RRC state at the load's start and
+    its promotion (truth.csv ``rrc``), the packets the emulator dropped, and the server
+    namespace's timeout counters (netstat.json)."""
     d = load_dir(r)
     tcp, truth = read_csv(d / "tcp.csv"), read_csv(d / "truth.csv")
     rows_of: dict[str, list[int]] = {}
     for i, flow in enumerate(tcp.get("flow", [])):
         rows_of.setdefault(flow, []).append(i)
-    flows = []
+    flows: list[dict[str, Any]] = []
     for flow, rows in rows_of.items():
         cwnd = [_num(tcp["cwnd_pkts"][i]) for i in rows]
         loss = [k for k, i in enumerate(rows) if tcp["ca_state"][i] == _CA_LOSS]
@@ -318,10 +324,16 @@ def _spdy_load(r: LoadRow) -> dict[str, Any]:
                    "left_loss": bool(after)}
         sent = max((_num(tcp["bytes_sent"][i]) for i in rows), default=0.0)
         mss = _num(tcp["mss_bytes"][rows[-1]]) if tcp["mss_bytes"][rows[-1]] else 1448.0
+        kept = r.t_start_unix_s is not None and _num(tcp["t_unix_s"][rows[0]]) <= r.t_start_unix_s
+        sent_before = _num(tcp["bytes_sent"][rows[0]])
+        # The first sample after it sent again: within the first RTT, before any ACK grew it.
+        resumed = next((i for i in rows if _num(tcp["bytes_sent"][i]) > sent_before), None)
         flows.append({"flow": flow, "cwnd_mean_pkts": mean([c for c in cwnd if not np.isnan(c)]),
                       "cwnd_max_pkts": max((c for c in cwnd if not np.isnan(c)), default=float("nan")),
                       # Chromium opens spare connections it never uses (< 1 KB sent): not the page's.
-                      "carried_page": sent > _INITIAL_WINDOW_PKTS * mss, "sent_bytes": sent,
+                      "carried_page": sent > _INITIAL_WINDOW_PKTS * mss, "sent_bytes": sent, "kept": kept,
+                      "resumed_cwnd_pkts": _num(tcp["cwnd_pkts"][resumed]) if kept and resumed is not None
+                      else float("nan"),
                       "retrans": max((_num(tcp["retrans_total"][i]) for i in rows), default=0.0), "rto": rto})
     rrc = truth.get("rrc", [])
     t = [_num(x) for x in truth.get("t_unix_s", [])]
@@ -339,6 +351,7 @@ def _spdy_load(r: LoadRow) -> dict[str, Any]:
     drops = sum(_num(x) for x in truth.get("overflow_drops", []) + truth.get("rlc_loss_drops", []) if x)
     counters = _netstat(d) or None
     return {"flows": flows, "rrc_at_start": rrc[0] if rrc else "", "demoted": bool(rrc) and rrc[0] in _DEMOTED,
+            "kept": any(f["kept"] and not np.isnan(f["resumed_cwnd_pkts"]) for f in flows),
             "t_promoted_unix_s": t[connected] if connected is not None else None,
             "promotion_ms": (t[connected] - t[promoting]) * 1000 if connected is not None and promoting is not None
             else None, "promotions": promotions, "emulator_drops": drops, "counters": counters}
@@ -485,10 +498,15 @@ def _connections_cause(h2: dict[str, Any], h1: dict[str, Any]) -> str:
 
 def _spdy3_checks(ctx: RowContext, summary: dict[str, dict[str, dict[str, Any]]],
                   loads: list[tuple[tuple[str, str, str], dict[str, Any]]]) -> None:
-    """SPDY-3: post-demotion first flights and their RTOs on 3G; retransmissions 3G vs LTE."""
+    """SPDY-3: post-demotion first flights and their RTOs on 3G (on connections kept across the
+    idle, when the row keeps them); a short idle's restart at IW; retransmissions 3G vs LTE."""
     p, out = ctx.params, ctx.outcome
     g3 = [x for (prof, _, _), x in loads if prof == "3g"]
-    demoted = [x for x in g3 if x["demoted"]]
+    kept = [x for x in g3 if x["kept"]]
+    # With kept connections the paper's case is the loads on them; a load's first, fresh
+    # connections (each replay's first load) take the promotion in their handshake.
+    pool = kept or g3
+    demoted = [x for x in pool if x["demoted"]]
     promoted = [x for x in demoted if x["t_promoted_unix_s"] is not None]
     with_rto = [x for x in promoted if _post_demotion_rtos(x)]
     spurious = [(x, why) for x in with_rto for ok, why in [_spurious(x)] if ok]
@@ -502,42 +520,42 @@ def _spdy3_checks(ctx: RowContext, summary: dict[str, dict[str, dict[str, Any]]]
     # The handshake's own timeouts (a held SYN-ACK) are not the first flight's, but said beside it.
     handshake = {k: sum((x["counters"] or {}).get(k, 0) for x in promoted)
                  for k in ("TcpExtTCPSynRetrans", "TcpExtTCPTimeouts")}
-    value = (f"{len(with_rto)} of {len(promoted)} promoted loads (of {len(g3)}; {len(demoted)} started demoted, "
-             f"promotion {fmt(promo, 'ms')}; server namespace over those loads: "
+    states = ", ".join(f"{n} in {s}" for s, n in sorted(Counter(x["rrc_at_start"] for x in demoted).items()))
+    value = (f"{len(with_rto)} of {len(promoted)} promoted loads{' on kept connections' if kept else ''} (of "
+             f"{len(g3)}; {len(kept)} on kept connections; {len(demoted)} started demoted{': ' + states if states else ''}"
+             f", promotion {fmt(promo, 'ms')}; server namespace over those loads: "
              f"{handshake['TcpExtTCPTimeouts']} timeouts, {handshake['TcpExtTCPSynRetrans']} SYN-ACK retransmissions)")
+    name = "3G: post-demotion first flights ending in a spurious RTO"
     if not g3:
-        out.checks.append(Check("3G: post-demotion first flights ending in a spurious RTO", "–", "most (> 50 %)", None,
-                                "no successful 3G load"))
+        out.checks.append(Check(name, "–", "most (> 50 %)", None, "no successful 3G load"))
     elif not promoted:
-        out.checks.append(Check("3G: post-demotion first flights ending in a spurious RTO", value, "most (> 50 %)", None,
+        out.checks.append(Check(name, value, "most (> 50 %)", None,
                                 "no load started with the UE demoted and promoted (truth.csv rrc): the idle before "
                                 "each load was shorter than the demotion timers, or the UE sent meanwhile"))
-    elif not with_rto:
+    elif not with_rto and not kept:
         # Zero is not evidence against the paper: its case cannot arise with fresh connections.
-        out.checks.append(Check("3G: post-demotion first flights ending in a spurious RTO", value, "most (> 50 %)", None,
+        out.checks.append(Check(name, value, "most (> 50 %)", None,
                                 "no connection outlives the idle: the loader opens fresh connections for every load "
-                                "(a new browser or h2 client), so the promotion holds the client's SYN (the handshake "
-                                "takes the promotion) and the server's first flight leaves after it, its RTO never "
-                                "set by an earlier active period. The paper's case needs two things this build "
-                                "lacks: connections kept across page views (a connection idle across the demotion, "
-                                "its RTT/RTO kept), and a FACH that carries small packets at a low rate (SPDY App. "
-                                "A), so that the request leaves without a promotion and the response's flight is "
-                                "what FACH → DCH holds; the umts model holds any data in FACH, and a request on a "
-                                "kept connection would wait for the promotion itself, the server holding nothing "
-                                "unacknowledged; " + evidence))
+                                "(a new browser or h2 client; the row sets no keep_connections), so the promotion "
+                                "holds the client's SYN (the handshake takes the promotion) and the server's first "
+                                "flight leaves after it, its RTO never set by an earlier active period; " + evidence))
+    elif not with_rto:
+        from_idle = sum(1 for x in promoted if x["rrc_at_start"] == "idle")
+        out.checks.append(Check(name, value, "most (> 50 %)", False,
+                                cause=f"{from_idle} of {len(promoted)} promotions started in IDLE, where the request "
+                                      f"itself waits for the promotion and the server holds nothing unacknowledged "
+                                      f"meanwhile (only from FACH does a small request pass and the response's flight "
+                                      f"wait); " + evidence))
     else:
         frac = len(with_rto) / len(promoted)
-        out.checks.append(Check("3G: post-demotion first flights ending in a spurious RTO",
-                                f"{value}; {len(spurious)} spurious ({', '.join(sorted({w for _, w in spurious})) or '–'})",
+        out.checks.append(Check(name, f"{value}; {len(spurious)} spurious "
+                                f"({', '.join(sorted({w for _, w in spurious})) or '–'})",
                                 "most (> 50 %), shown spurious", frac > 0.5 and len(spurious) == len(with_rto), evidence))
         out.checks.append(Check("3G: ssthresh reduced by those RTOs", f"{len(reduced)} of {len(with_rto)}", "most",
                                 len(reduced) > len(with_rto) / 2,
-                                "modern Linux undoes a spurious RTO's reduction (F-RTO), 2012's did not"))
-    idle = _idle_before_s(p, p["profiles"].get("3g", {}))
-    out.checks.append(Check("3G: idles shorter than the demotion timer give cwnd = IW, no RTO", "–", "cwnd = IW 10, no RTO",
-                            None, f"the row runs only idles longer than the demotion timers ({idle:g} s before each "
-                                  f"load > DCH 5 s + FACH 12 s); and with fresh connections per load cwnd starts at "
-                                  f"IW whatever the idle"))
+                                "modern Linux undoes a spurious RTO's reduction (F-RTO, DSACK), 2012's did not: "
+                                "ssthresh is back where it was once the undo is taken"))
+    _spdy3_short_idle_check(ctx, [x for (prof, _, _), x in loads if prof == SHORT_IDLE_PROFILE])
     r3 = mean([v["retrans_per_20_loads"] for v in summary.get("3g", {}).values()])
     rl = mean([v["retrans_per_20_loads"] for v in summary.get("lte", {}).values()])
     ratio = r3 / rl if rl else float("nan")
@@ -555,6 +573,39 @@ def _spdy3_checks(ctx: RowContext, summary: dict[str, dict[str, dict[str, Any]]]
                             f"RTO loads {v['post_demotion_rto_loads']}/{v['demoted_loads']}"
                             for prof, per in summary.items() for k, v in per.items())
     out.reason = _rrc_note(p)
+
+
+#: SPDY-3's profile whose idle is shorter than the 3G DCH tail.
+SHORT_IDLE_PROFILE = "3g-short"
+
+
+def _spdy3_short_idle_check(ctx: RowContext, loads: list[dict[str, Any]]) -> None:
+    """SPDY-3: after an idle shorter than the demotion timer, a kept connection restarts at the
+    initial window (slow start after idle, when the server has it) and times nothing out."""
+    p, out = ctx.params, ctx.outcome
+    name = "3G: idles shorter than the demotion timer give cwnd = IW, no RTO"
+    prof = p["profiles"].get(SHORT_IDLE_PROFILE)
+    kept = [x for x in loads if x["kept"]]
+    if prof is None or not kept:
+        out.checks.append(Check(name, "–", f"cwnd = IW {_INITIAL_WINDOW_PKTS}, no RTO", None,
+                                f"the row ran no '{SHORT_IDLE_PROFILE}' profile with connections kept across the idle"
+                                if prof is None or not loads else "no load of the short-idle profile ran on a kept "
+                                "connection (keep_connections off, or each replay's first load only)"))
+        return
+    idle_s = _idle_before_s(p, prof)
+    ssai = {**p.get("server_sysctls", {}), **prof.get("server_sysctls", {})}.get("net.ipv4.tcp_slow_start_after_idle")
+    cwnds = sorted(f["resumed_cwnd_pkts"] for x in kept for f in x["flows"]
+                   if f["kept"] and not np.isnan(f["resumed_cwnd_pkts"]))
+    rtos = sum(1 for x in kept if any(f["rto"] for f in x["flows"]))
+    demoted = sum(1 for x in kept if x["demoted"])
+    at_iw = sum(1 for c in cwnds if c <= _INITIAL_WINDOW_PKTS)
+    setting = ssai if ssai is not None else "0 (the schemes' default, the CLAW paper's)"
+    value = (f"{len(kept)} loads {idle_s:g} s after the last: cwnd when the kept connection sent again "
+             f"{', '.join(f'{c:g}' for c in cwnds) or '–'} ({at_iw} at most IW); {rtos} with an RTO; "
+             f"{demoted} started demoted; server tcp_slow_start_after_idle = {setting}")
+    note = "cwnd from tcp.csv, the first sample after the kept connection sent again; RRC state from truth.csv"
+    out.checks.append(Check(name, value, f"cwnd = IW {_INITIAL_WINDOW_PKTS}, no RTO",
+                            bool(cwnds) and at_iw == len(cwnds) and rtos == 0 and demoted == 0, note))
 
 
 # -- CLAW rows ---------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ class ServerAccess:
     spki_sha256: str | None = None
 
     def argv(self) -> list[str]:
-        """The worker options that carry this (``--resolve HOST=ADDRESS``, ``--ca-cert``, ``--cert-spki``)."""
-        out: list[str] = []
+        """The worker options that carry this (``--server-address``, ``--resolve HOST=ADDRESS``,
+        ``--ca-cert``, ``--cert-spki``)."""
+        out: list[str] = ["--server-address", self.address]
         for host in self.hosts:
             out += ["--resolve", f"{host}={self.address}"]
         if self.ca_cert:

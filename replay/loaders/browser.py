@@ -5,7 +5,10 @@ Run inside the UE namespace: ``python -m clawbed.replay.loaders.browser URL [--t
 instead of a URL to take one load request a line (``worker.py``) while Playwright's driver
 stays up. Every load is a fresh browser process with a fresh profile and the memory cache
 disabled through CDP, so every object is fetched in full and nothing (connections, caches,
-the browser's network-quality estimate) carries over between loads. PLT comes from the
+the browser's network-quality estimate) carries over between loads. With ``--serve
+--keep-connections`` one browser serves every load instead, each in a new tab with the cache
+disabled: objects are still fetched in full, but over the connections the earlier loads left
+open, as a user's browser does between page views (the SPDY paper's persistent connection). PLT comes from the
 Navigation Timing Level 2 entry (loadEventEnd − startTime), objects from Resource Timing.
 """
 
@@ -18,14 +21,14 @@ import sys
 import tempfile
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clawbed.replay.loaders.access import parse_resolve
 from clawbed.replay.loaders.result import LoadResult, ObjectTiming
 from clawbed.replay.loaders.worker import serve
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Playwright
+    from playwright.sync_api import BrowserContext, Playwright
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -49,12 +52,18 @@ def certificate_flags(spki_sha256: str | None) -> list[str]:
     return ["--ignore-certificate-errors"]
 
 
-def resolver_flags(resolve: dict[str, str]) -> list[str]:
-    """Resolve each host name to its address and no other name at all (a recorded page's
-    references to hosts it does not hold fail at once instead of waiting on DNS)."""
-    if not resolve:
+def resolver_flags(resolve: dict[str, str], server_address: str | None = None) -> list[str]:
+    """Resolve each host name to its address and no other name at all, and let the server's
+    own address through as it is. A recorded page's references to hosts it does not hold fail
+    at once instead of waiting on DNS, and the browser's own look-ups (Chromium resolves
+    accounts.google.com and update.googleapis.com at start, and again every few seconds while
+    unanswered) never reach the UE's uplink: they would wake an idle radio before the page's
+    first packet, and keep a kept browser's radio from ever demoting."""
+    if not resolve and not server_address:
         return []
     rules = [f"MAP {host} {address}" for host, address in sorted(resolve.items())] + ["MAP * ~NOTFOUND"]
+    if server_address:
+        rules.append(f"EXCLUDE {server_address}")  # an address URL: not a name to map
     return ["--host-resolver-rules=" + ", ".join(rules)]
 
 #: Collects the measurement once the load event has ended. Sizes: encodedBodySize is the
@@ -76,48 +85,66 @@ _COLLECT_JS = """() => {
 }"""
 
 
+def browser_flags(http1: bool, resolve: dict[str, str] | None, spki_sha256: str | None,
+                  server_address: str | None = None) -> list[str]:
+    """Chromium's command-line flags for a load."""
+    return (CHROMIUM_FLAGS + certificate_flags(spki_sha256) + resolver_flags(resolve or {}, server_address)
+            + (["--disable-http2"] if http1 else []))
+
+
+def launch(pw: Playwright, profile: str, flags: list[str], spki_sha256: str | None) -> BrowserContext:
+    """A headless Chromium with its profile in ``profile``, its Resource Timing buffer large
+    enough for any page."""
+    ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=flags,
+                                                ignore_https_errors=not spki_sha256)
+    # The default buffer holds 250 entries; larger pages would lose objects.
+    ctx.add_init_script("performance.setResourceTimingBufferSize(100000)")
+    return ctx
+
+
 def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None = None,
-         spki_sha256: str | None = None, pw: Playwright | None = None) -> LoadResult:
-    """One cold load of ``url`` in a browser started for it; failures become ``ok=False`` with
-    the reason. ``resolve``: host names → the server's address; ``spki_sha256``: the server
-    certificate's key; ``pw``: a running Playwright (a worker's), else one is started."""
+         spki_sha256: str | None = None, pw: Playwright | None = None,
+         kept: BrowserContext | None = None, server_address: str | None = None) -> LoadResult:
+    """One load of ``url``: cold, in a browser started for it, or in a new tab of ``kept``, a
+    browser kept across loads (its connections too); failures become ``ok=False`` with the
+    reason. ``resolve``: host names → the server's address; ``spki_sha256``: the server
+    certificate's key; ``pw``: a running Playwright (a worker's), else one is started;
+    ``server_address``: the server's address (with it, no other name or address resolves)."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    flags = (CHROMIUM_FLAGS + certificate_flags(spki_sha256) + resolver_flags(resolve or {})
-             + (["--disable-http2"] if http1 else []))
     notes: list[str] = []
     result = LoadResult(ok=False, loader="browser", url=url, notes=notes)
-    driver: contextlib.AbstractContextManager[Any] = contextlib.nullcontext(pw) if pw else sync_playwright()
-    with tempfile.TemporaryDirectory(prefix="clawbed-chromium-") as profile, driver as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=flags,
-            ignore_https_errors=not spki_sha256)
-        try:
+    with contextlib.ExitStack() as stack:
+        if kept is None:
+            profile = stack.enter_context(tempfile.TemporaryDirectory(prefix="clawbed-chromium-"))
+            driver = stack.enter_context(contextlib.nullcontext(pw) if pw else sync_playwright())
+            ctx = launch(driver, profile, browser_flags(http1, resolve, spki_sha256, server_address), spki_sha256)
+            stack.callback(ctx.close)
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
-            cdp = ctx.new_cdp_session(page)
-            cdp.send("Network.enable")
-            cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
-            # The default buffer holds 250 entries; larger pages would lose objects.
-            ctx.add_init_script("performance.setResourceTimingBufferSize(100000)")
-            page.on("console",
-                    lambda m: notes.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
-            page.on("requestfailed", lambda r: notes.append(f"request failed: {r.url}: {r.failure}"))
-            try:
-                response = page.goto(url, wait_until="load", timeout=timeout_s * 1000)
-                # loadEventEnd is set after the load handlers return, just after "load" fires.
-                page.wait_for_function("performance.getEntriesByType('navigation')[0].loadEventEnd > 0",
-                                       timeout=5000)
-            except PlaywrightError as e:
-                result.error = f"load of {url} failed: {str(e).splitlines()[0]}"
-                response = None
-            try:
-                data = page.evaluate(_COLLECT_JS)
-            except PlaywrightError as e:
-                data = None
-                result.error = result.error or f"reading timings failed: {str(e).splitlines()[0]}"
-        finally:
-            ctx.close()
+        else:
+            ctx = kept
+            page = ctx.new_page()
+            stack.callback(page.close)
+        cdp = ctx.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+        page.on("console",
+                lambda m: notes.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        page.on("requestfailed", lambda r: notes.append(f"request failed: {r.url}: {r.failure}"))
+        try:
+            response = page.goto(url, wait_until="load", timeout=timeout_s * 1000)
+            # loadEventEnd is set after the load handlers return, just after "load" fires.
+            page.wait_for_function("performance.getEntriesByType('navigation')[0].loadEventEnd > 0",
+                                   timeout=5000)
+        except PlaywrightError as e:
+            result.error = f"load of {url} failed: {str(e).splitlines()[0]}"
+            response = None
+        try:
+            data = page.evaluate(_COLLECT_JS)
+        except PlaywrightError as e:
+            data = None
+            result.error = result.error or f"reading timings failed: {str(e).splitlines()[0]}"
     if data is not None:
         result.objects = [ObjectTiming(o["url"], round(o["start_ms"], 3), round(o["end_ms"], 3),
                                        int(o["bytes"]), o["protocol"]) for o in data["objects"]]
@@ -157,20 +184,35 @@ def main(argv: list[str] | None = None) -> int:
                         help="resolve HOST to ADDRESS (repeatable); with any, other names do not resolve")
     parser.add_argument("--cert-spki", help="accept only the certificate with this key (base64 SHA-256 of its SPKI)")
     parser.add_argument("--ca-cert", help="the server's CA (the h2 loader verifies with it; unused here)")
+    parser.add_argument("--server-address",
+                        help="the web server's address: the only address reached as it is; with it, names other "
+                             "than --resolve's do not resolve (no look-up leaves the browser)")
+    parser.add_argument("--keep-connections", action="store_true",
+                        help="with --serve: one browser for every load, each in a new tab, so connections "
+                             "carry over from load to load")
     args = parser.parse_args(argv)
     if (args.url is None) == (not args.serve):
         parser.error("give a URL or --serve, not both")
+    if args.keep_connections and not args.serve:
+        parser.error("--keep-connections: only with --serve (a single load has nothing to keep)")
     signal.signal(signal.SIGTERM, _stop)
     resolve = parse_resolve(args.resolve)
     if args.serve:
         from playwright.sync_api import sync_playwright
 
-        with sync_playwright() as pw:
-            return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.cert_spki, pw=pw),
-                         "browser")
+        with sync_playwright() as pw, contextlib.ExitStack() as stack:
+            kept = None
+            if args.keep_connections:
+                profile = stack.enter_context(tempfile.TemporaryDirectory(prefix="clawbed-chromium-"))
+                kept = launch(pw, profile, browser_flags(args.http1, resolve, args.cert_spki, args.server_address),
+                              args.cert_spki)
+                stack.callback(kept.close)
+            return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.cert_spki, pw=pw,
+                                                     kept=kept, server_address=args.server_address), "browser")
     started = time.monotonic()
     try:
-        result = load(args.url, args.timeout_s, args.http1, resolve, args.cert_spki)
+        result = load(args.url, args.timeout_s, args.http1, resolve, args.cert_spki,
+                      server_address=args.server_address)
     except Exception as e:  # a worker always answers with one line, whatever broke
         result = LoadResult(ok=False, loader="browser", url=args.url,
                             error=f"browser loader failed after {time.monotonic() - started:.1f} s: "

@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http1-connections", type=int, default=HTTP1_CONNECTIONS,
                         help=f"HTTP/1.1 connections per host (default {HTTP1_CONNECTIONS}, as browsers)")
     parser.add_argument("--cert-spki", help="the certificate's key (the browser pins it; unused here)")
+    parser.add_argument("--server-address", help="the server's address (the browser's; this client resolves no "
+                                                 "name but --resolve's anyway)")
     args = parser.parse_args(argv)
     if (args.url is None) == (not args.serve):
         parser.error("give a URL or --serve, not both")
