@@ -104,6 +104,30 @@ def test_a_worker_answers_many_loads_each_on_connections_of_its_own(pair, tmp_pa
         assert ns_pids(ue.name) == []  # the worker (and every browser it started) is gone
 
 
+@pytest.mark.parametrize("http1", [False, True])
+def test_a_kept_browser_carries_the_next_load_on_the_last_ones_connections(pair, tmp_path: Path,
+                                                                           http1: bool) -> None:
+    """--keep-connections: every load still fetches every object in full, but the second and
+    third go over the connections the first opened (nginx's connection serial numbers)."""
+    res, ue, srv = pair
+    page, web, url = serve(res, srv, tmp_path, "set-03")
+    protocol = "http/1.1" if http1 else "h2"
+    access = web.access
+    with LoaderWorker(res, ue, "browser", http1=http1, access=access, loader_args=["--keep-connections"]) as worker:
+        spans = []
+        for _ in range(3):
+            t0 = time.time()
+            assert_complete(worker.load(url, 60), page, protocol)
+            spans.append((t0, time.time()))
+            time.sleep(1.0)
+    served = web.requests()
+    conns = [{r.connection for r in served if t0 <= r.time_s <= t1} for t0, t1 in spans]
+    assert all(conns) and conns[1] <= conns[0] and conns[2] <= conns[0], conns
+    if not http1:
+        assert len(conns[0]) == 1, conns  # one HTTP/2 connection carries the page
+    assert ns_pids(ue.name) == []  # the kept browser is closed with its worker
+
+
 def test_http1_mode_negotiates_http11(pair, tmp_path: Path) -> None:
     res, ue, srv = pair
     page = get_page("set-01")
