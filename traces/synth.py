@@ -217,14 +217,20 @@ def _seed_sequence(preset: str, seed: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([seed, zlib.crc32(preset.encode())])
 
 
+def _preset(name: str) -> Preset:
+    """The preset called ``name``; an InputError listing the valid ones otherwise."""
+    p = PRESETS.get(name)
+    if p is None:
+        raise InputError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+    return p
+
+
 def preset_fingerprint(preset: str) -> str:
     """Eight hex digits that change whenever what :func:`synthesize` makes of ``preset``
     changes: the model version and every parameter of the preset. Caches of generated traces
     carry it in their names, so a preset recalibrated in a later version is generated anew
     instead of being read from an old file."""
-    p = PRESETS.get(preset)
-    if p is None:
-        raise InputError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    p = _preset(preset)
     material = json.dumps({"model_version": MODEL_VERSION, **asdict(p)}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()[:8]
 
@@ -232,9 +238,7 @@ def preset_fingerprint(preset: str) -> str:
 def generate(preset: str, duration_ms: int, seed: int, bandwidth_mhz: float | None = None,
              n_antennas: int | None = None) -> Synthesis:
     """As :func:`synthesize`, also returning the channel and load behind the trace."""
-    p = PRESETS.get(preset)
-    if p is None:
-        raise InputError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    p = _preset(preset)
     if duration_ms < 1:
         raise InputError(f"duration {duration_ms} ms: a trace needs at least one subframe")
     if seed < 0:
