@@ -112,15 +112,16 @@ class Sample:
                 **stats}
 
 
-def samples_from_loads(rows: Iterable[LoadRow]) -> dict[str, Sample]:
-    """Group loads by (label, scheme); a load the emulator fell behind in is counted, not used."""
+def samples_from_loads(rows: Iterable[LoadRow], with_late: bool = False) -> dict[str, Sample]:
+    """Group loads by (label, scheme); a load the emulator fell behind in is counted, not used
+    (``with_late``: used too, and still counted in ``n_late``)."""
     groups: dict[tuple[str, str], list[LoadRow]] = {}
     for r in rows:
         groups.setdefault((r.label, r.scheme), []).append(r)
     out = {}
     for (label, scheme), rs in sorted(groups.items()):
         used = [r for r in sorted(rs, key=lambda r: r.repetition)
-                if r.ok and r.plt_ms is not None and r.timing_ok is not False]
+                if r.ok and r.plt_ms is not None and (with_late or r.timing_ok is not False)]
         s = Sample(label, rs[0].scenario_id, scheme, tuple(float(r.plt_ms) for r in used if r.plt_ms is not None),
                    sum(1 for r in rs if not r.ok or r.plt_ms is None),
                    repetitions=tuple(r.repetition for r in used), trace_ms=tuple(r.trace_ms for r in used),

@@ -259,6 +259,9 @@ def test_loads_the_emulator_fell_behind_in_are_counted_not_used() -> None:
     assert (s.n_late, s.late_reruns, s.n_failed) == (1, 3, 0)
     c = rg.compare({s.key: s}, {s.key: s})[0]
     assert c.n_late_current == 1 and "fell behind" in c.note
+    # Asked for (suite report --with-late), they are used, and still counted.
+    s = rg.samples_from_loads([row(0, 500, True), row(1, 900, False, 2)], with_late=True)["lbl|claw"]
+    assert s.plt_ms == (500.0, 900.0) and s.n_late == 1
 
 
 def test_baseline_format_2_keeps_the_pairing_and_format_1_still_reads(tmp_path: Path) -> None:
