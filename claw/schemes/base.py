@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import math
+import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,8 +204,10 @@ class Scheme:
 
     def start_clients(self, ctx: SchemeContext, timeout_s: float = CLIENT_READY_TIMEOUT_S) -> list[OwnedProcess]:
         """Start :meth:`client_agents` as processes owned by the scheme, and return once each
-        is ready (:meth:`client_ready`); a client that exits first, or is not ready within
-        ``timeout_s``, raises :class:`~clawbed.netns.ResourceError` naming its log."""
+        is ready (:meth:`client_ready`); a client that exits first, or is not ready in time,
+        raises :class:`~clawbed.netns.ResourceError` naming its log. In time: ``timeout_s``
+        for every round of as many clients as there are CPUs (they start at once and share
+        them: 44 CLAW clients, Fig 19's cell, take longer than 10 s on 2 CPUs)."""
         procs = []
         agents = self.client_agents(ctx)
         for agent in agents:
@@ -210,6 +215,7 @@ class Scheme:
             ctx.resources.record_process(proc.pid, name=agent.name, argv=agent.argv)
             self.stack.callback(proc.close)
             procs.append(proc)
+        deadline = time.monotonic() + timeout_s * math.ceil(len(agents) / max(1, len(os.sched_getaffinity(0))))
         for agent, proc in zip(agents, procs):
             def ready(agent: ClientAgent = agent, proc: OwnedProcess = proc) -> bool:
                 if not proc.alive():
@@ -217,7 +223,8 @@ class Scheme:
                                         f"ready (log: {agent.log_path})")
                 return self.client_ready(ctx, agent.ue)
 
-            wait_until(ready, timeout_s, f"{agent.name} to be ready (log: {agent.log_path})", interval_s=0.05)
+            wait_until(ready, max(deadline - time.monotonic(), 0.05), f"{agent.name} to be ready (log: "
+                       f"{agent.log_path})", interval_s=0.05)
         return procs
 
     def teardown(self) -> None:
