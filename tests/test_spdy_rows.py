@@ -193,6 +193,13 @@ def test_spdy3_judges_kept_connections_by_the_state_the_idle_left(tmp_path: Path
     first = checks["3G: post-demotion first flights ending in a spurious RTO"]
     assert first.ok is False and "2 of 2 promotions started in IDLE" in first.cause
     assert checks["3G: idles shorter than the demotion timer give cwnd = IW, no RTO"].ok is False  # an RTO
+    # From FACH with a tail-loss probe instead of an RTO: the check says so, with the probes counted.
+    probed = {"TcpExtTCPLossProbes": 1}
+    loads = [_load(tmp_path, 40 + i, f"3g.cbt/set-08/3g-{proto}/s1", "cubic", 9, kept=True, start_state="fach",
+                   counters=probed) for i, proto in enumerate(("h2", "h1"))]
+    out = _run_row(tmp_path, monkeypatch, "SPDY-3", loads)
+    first = {c.name: c for c in out.checks}["3G: post-demotion first flights ending in a spurious RTO"]
+    assert first.ok is False and "2 of the 2 promoted loads without an RTO sent a tail-loss probe first" in first.cause
 
 
 CLAWBED = Path(sys.executable).parent / "clawbed"

@@ -286,7 +286,7 @@ _CA_LOSS = "4"
 _AFTER_PROMOTION_S = 1.0
 #: The server's namespace counters kept per load (netstat.json) that tell timeouts and their undoing.
 _RTO_COUNTERS = ("TcpExtTCPTimeouts", "TcpExtTCPSpuriousRTOs", "TcpExtTCPLossUndo", "TcpExtTCPDSACKUndo",
-                 "TcpExtTCPDSACKRecv", "TcpExtTCPSynRetrans", "TcpRetransSegs")
+                 "TcpExtTCPDSACKRecv", "TcpExtTCPSynRetrans", "TcpRetransSegs", "TcpExtTCPLossProbes")
 #: Linux's initial window, segments: a connection that sent more carried part of the page.
 _INITIAL_WINDOW_PKTS = 10
 #: The SPDY paper counts retransmissions per run of 20 page loads.
@@ -334,6 +334,9 @@ def _spdy_load(r: LoadRow) -> dict[str, Any]:
                       "carried_page": sent > _INITIAL_WINDOW_PKTS * mss, "sent_bytes": sent, "kept": kept,
                       "resumed_cwnd_pkts": _num(tcp["cwnd_pkts"][resumed]) if kept and resumed is not None
                       else float("nan"),
+                      # What the kernel knew when the idle began: its RTO is about srtt + 4·rttvar.
+                      "srtt_before_ms": _num(tcp["srtt_ms"][rows[0]]) if kept else float("nan"),
+                      "rttvar_before_ms": _num(tcp["rttvar_ms"][rows[0]]) if kept else float("nan"),
                       "retrans": max((_num(tcp["retrans_total"][i]) for i in rows), default=0.0), "rto": rto})
     rrc = truth.get("rrc", [])
     t = [_num(x) for x in truth.get("t_unix_s", [])]
@@ -540,17 +543,19 @@ def _spdy3_checks(ctx: RowContext, summary: dict[str, dict[str, dict[str, Any]]]
                                 "holds the client's SYN (the handshake takes the promotion) and the server's first "
                                 "flight leaves after it, its RTO never set by an earlier active period; " + evidence))
     elif not with_rto:
-        from_idle = sum(1 for x in promoted if x["rrc_at_start"] == "idle")
+        in_idle = [x for x in promoted if x["rrc_at_start"] == "idle"]
+        causes = [f"{len(in_idle)} of {len(promoted)} promotions started in IDLE, where the request itself waits for "
+                  f"the promotion and the server holds nothing unacknowledged meanwhile (only from FACH does a small "
+                  f"request pass and the response's flight wait)"] if in_idle else []
+        causes.append(_tail_probe_cause([x for x in promoted if x not in in_idle], [], promo))
         out.checks.append(Check(name, value, "most (> 50 %)", False,
-                                cause=f"{from_idle} of {len(promoted)} promotions started in IDLE, where the request "
-                                      f"itself waits for the promotion and the server holds nothing unacknowledged "
-                                      f"meanwhile (only from FACH does a small request pass and the response's flight "
-                                      f"wait); " + evidence))
+                                cause="; ".join(c for c in causes if c) + "; " + evidence))
     else:
         frac = len(with_rto) / len(promoted)
         out.checks.append(Check(name, f"{value}; {len(spurious)} spurious "
                                 f"({', '.join(sorted({w for _, w in spurious})) or '–'})",
-                                "most (> 50 %), shown spurious", frac > 0.5 and len(spurious) == len(with_rto), evidence))
+                                "most (> 50 %), shown spurious", frac > 0.5 and len(spurious) == len(with_rto), evidence,
+                                cause=_tail_probe_cause(promoted, with_rto, promo)))
         out.checks.append(Check("3G: ssthresh reduced by those RTOs", f"{len(reduced)} of {len(with_rto)}", "most",
                                 len(reduced) > len(with_rto) / 2,
                                 "modern Linux undoes a spurious RTO's reduction (F-RTO, DSACK), 2012's did not: "
@@ -573,6 +578,37 @@ def _spdy3_checks(ctx: RowContext, summary: dict[str, dict[str, dict[str, Any]]]
                             f"RTO loads {v['post_demotion_rto_loads']}/{v['demoted_loads']}"
                             for prof, per in summary.items() for k, v in per.items())
     out.reason = _rrc_note(p)
+
+
+def _kept_rto_ms(load: dict[str, Any]) -> tuple[float, float]:
+    """(srtt, srtt + 4·rttvar) of the kept connection that carried the most, when the idle began, ms."""
+    kept = [f for f in load["flows"] if f["kept"] and not np.isnan(f["srtt_before_ms"])]
+    if not kept:
+        return float("nan"), float("nan")
+    f = max(kept, key=lambda f: f["sent_bytes"])
+    return f["srtt_before_ms"], f["srtt_before_ms"] + 4 * f["rttvar_before_ms"]
+
+
+def _tail_probe_cause(promoted: list[dict[str, Any]], with_rto: list[dict[str, Any]], promotion_ms: float) -> str:
+    """Why a held first flight did not time out: Linux sends a tail-loss probe first (RACK-TLP:
+    at min(2·srtt, RTO)) and re-arms the RTO after it, so only an RTO well below the hold fires;
+    said with the probes counted (netstat.json) and each connection's srtt when the idle began."""
+    without = [x for x in promoted if x not in with_rto]
+    if not without:
+        return ""
+    probes = sum(1 for x in without if (x["counters"] or {}).get("TcpExtTCPLossProbes", 0))
+    srtt = [_kept_rto_ms(x) for x in without]
+    fired = [_kept_rto_ms(x)[0] for x in with_rto]
+    known = [s for s in srtt if not np.isnan(s[0])]
+    if not known:
+        return f"{probes} of the {len(without)} promoted loads without an RTO sent a tail-loss probe first"
+    return (f"{probes} of the {len(without)} promoted loads without an RTO sent a tail-loss probe first "
+            f"(TcpExtTCPLossProbes: Linux's TLP fires at min(2·srtt, RTO) and re-arms the RTO after the probe); "
+            f"their srtt when the idle began {min(s for s, _ in known):,.0f}–{max(s for s, _ in known):,.0f} ms "
+            f"(RTO ≈ {min(r for _, r in known):,.0f}–{max(r for _, r in known):,.0f} ms, the previous load's queue "
+            f"still in it) against a {fmt(promotion_ms, 'ms')} hold"
+            + (f"; the RTOs fired at srtt {', '.join(f'{s:,.0f}' for s in sorted(fired) if not np.isnan(s))} ms"
+               if fired else ""))
 
 
 #: SPDY-3's profile whose idle is shorter than the 3G DCH tail.
