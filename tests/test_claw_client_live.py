@@ -277,9 +277,11 @@ def test_reports_are_authenticated_and_follow_the_echoed_rtt(live: LiveRun) -> N
     assert seqs == sorted(set(seqs))
     assert live.client_report["counters"]["echoes"] >= 20
     # The last report's window is the srtt of an echo the client had received by then: one
-    # of the last few (a loaded machine delays echoes), not necessarily the one just before.
+    # of the last ten (a loaded machine delays echoes; in one full CI run the window was 82 ms
+    # while the last five echoes, the queue building, said 127-202 ms), not necessarily the one
+    # just before.
     window_ms = live.agent_reports[-1].window_ms
-    recent_ms = [round(s / 1000) for s in live.agent_srtts[-6:-1]]
+    recent_ms = [round(s / 1000) for s in live.agent_srtts[-11:-1]]
     assert any(abs(window_ms - s) <= max(5, s // 4) for s in recent_ms), (window_ms, recent_ms)
     assert live.client_report["ended_by"] == "signal"
 
