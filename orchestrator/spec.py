@@ -72,6 +72,7 @@ from pydantic import (
 )
 
 from clawbed.claw.schemes import SCHEMES
+from clawbed.claw.server.sysctls import check_overrides
 from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, check_policy, parse_rate_bps
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
@@ -167,6 +168,12 @@ class Condition(_Strict):
         table = check_policy(info.field_name, v)  # a ValueError names the policy or parameter at fault
         # A table of its kind only is the name: the same settings, the same scenario id.
         return table["kind"] if set(table) == {"kind"} else table
+
+    @field_validator("server_sysctls")
+    @classmethod
+    def _server_sysctls(cls, v: dict[str, str]) -> dict[str, str]:
+        check_overrides(v)  # a ValueError names the key at fault
+        return v
 
     @field_validator("ue_rmem")
     @classmethod
@@ -431,6 +438,22 @@ class Spec(_Strict):
                         raise ValueError(f"matrices: condition {name!r} has different settings in two matrices "
                                          f"(matrix {m.name!r}); give them different names")
                     seen[name] = c
+        return self
+
+    @model_validator(mode="after")
+    def _kept_connections(self) -> Spec:
+        # A connection kept from one scheme's load would carry the next scheme's load.
+        for m in self.all_matrices():
+            for i, c in enumerate(m.conditions):
+                if not c.keep_connections:
+                    continue
+                if self.loader != "browser":
+                    raise ValueError(f"condition {c.name or f'c{i}'}: keep_connections needs the browser loader, "
+                                     f"not {self.loader}")
+                if len(m.schemes) > 1:
+                    raise ValueError(f"condition {c.name or f'c{i}'}: keep_connections needs one scheme per "
+                                     f"matrix, not {', '.join(m.schemes)} (a connection one scheme opened would "
+                                     f"carry the next scheme's load)")
         return self
 
     def all_matrices(self) -> list[Matrix]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -44,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
+from clawbed.claw.server.sysctls import check_overrides
 from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, Delays, EmulatorConfig, check_policy, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.truth import TruthFormatError, read_truth
@@ -101,8 +101,6 @@ TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
 #: ``promoting``, ``connected``), the DRX state, and 1 while its link was stalled. Empty in a
 #: file of an emulator without them.
 RADIO_TRUTH_COLUMNS = ("rrc", "drx", "stalled")
-#: The server sysctls a replay may set (``server_sysctls``): the network stack's only.
-SERVER_SYSCTL_KEY = re.compile(r"net\.(ipv4|core)\.[a-z0-9_]+")
 #: Longest wait before a load (``idle_before_s``), s.
 MAX_IDLE_BEFORE_S = 3600.0
 #: How long background traffic runs before the first load, s: long enough for bulk flows to
@@ -238,9 +236,10 @@ class ReplayConfig:
                     raise InputError(f"{option}: {e}") from None
         if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
             raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
-        for key, value in self.server_sysctls.items():
-            if not SERVER_SYSCTL_KEY.fullmatch(key) or not str(value).strip():
-                raise InputError(f"--server-sysctl {key}={value}: a net.ipv4.* or net.core.* key and a value expected")
+        try:
+            check_overrides(self.server_sysctls)
+        except ValueError as e:
+            raise InputError(f"--server-sysctl {e}") from None
         if self.keep_connections and self.loader != "browser":
             raise InputError(f"--keep-connections: only the browser loader keeps connections, not {self.loader!r}")
         if self.keep_connections and len(self.schemes) > 1:

@@ -66,6 +66,10 @@ BAD = [
      "suite.yaml: matrix.conditions[1].other_ues[0].scheme: unknown scheme 'nope'"),
     (["matrix", "conditions", 1, "name"], "base", "suite.yaml: matrix: condition names must be unique"),
     (["suite"], "has space", "suite.yaml: suite: String should match pattern"),
+    (["matrix", "conditions", 0, "keep_connections"], True,
+     "suite.yaml: (top level): condition base: keep_connections needs the browser loader, not h2"),
+    (["matrix", "conditions", 0, "server_sysctls"], {"kernel.panic": "1"},
+     "suite.yaml: matrix.conditions[0].server_sysctls: kernel.panic=1: a net.ipv4.* or net.core.* key"),
 ]
 
 
@@ -74,6 +78,15 @@ def test_bad_spec_names_file_and_key(tmp_path: Path, keys: list, value: object, 
     with pytest.raises(SpecError) as err:
         load_spec(_write(tmp_path, _with(keys, value)))
     assert expected in str(err.value), str(err.value)
+
+
+def test_kept_connections_need_one_scheme(tmp_path: Path) -> None:
+    data = _with(["matrix", "conditions", 0, "keep_connections"], True)
+    data["loader"] = "browser"
+    with pytest.raises(SpecError, match="condition base: keep_connections needs one scheme per matrix, not claw, cubic"):
+        load_spec(_write(tmp_path, data))
+    data["matrix"]["schemes"] = ["cubic"]
+    assert any(sc.condition.keep_connections for sc in load_spec(_write(tmp_path, data)).scenarios())
 
 
 def test_missing_keys_and_bad_yaml_and_missing_trace_file(tmp_path: Path) -> None:

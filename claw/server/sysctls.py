@@ -15,6 +15,7 @@ These apply to every scheme, so that schemes differ only in congestion control.
 from __future__ import annotations
 
 import os
+import re
 
 from clawbed.netns import Namespace
 
@@ -26,6 +27,18 @@ SERVER_SYSCTLS: dict[str, str] = {
     "net.ipv4.tcp_slow_start_after_idle": "0",
     "net.ipv4.tcp_wmem": " ".join(str(v) for v in TCP_WMEM_BYTES),
 }
+
+
+#: The sysctls a run may set over :data:`SERVER_SYSCTLS`: the network stack's only.
+OVERRIDABLE_KEY = re.compile(r"net\.(ipv4|core)\.[a-z0-9_]+")
+
+
+def check_overrides(overrides: dict[str, str]) -> None:
+    """A ValueError naming the first override that is not a ``net.ipv4.*`` or ``net.core.*`` key
+    with a value."""
+    for key, value in overrides.items():
+        if not OVERRIDABLE_KEY.fullmatch(key) or not str(value).strip():
+            raise ValueError(f"{key}={value}: a net.ipv4.* or net.core.* key and a value expected")
 
 
 def read_sysctl(ns: Namespace, key: str) -> str:
