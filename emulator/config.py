@@ -309,6 +309,8 @@ class UeConfig(_TunSide):
     uplink_queue_limit_bytes: int = Field(3 * 1024 * 1024, ge=1, le=1 << 30,
                                           description="drop-tail limit of the UE's uplink buffer, bytes")
     diag_port: int = Field(DEFAULT_DIAG_PORT, ge=0, le=65535, description="0: any free port")
+    diag_file: bool = Field(True, description="write this UE's feed to diag-ue<N>.jsonl/.mi2log (with diag.file); "
+                                              "off for a big cell's background UEs (about 1 MB/s each)")
     cell: UeCellConfig = Field(default_factory=UeCellConfig)
 
     @field_validator("rate", "uplink_rate")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -179,8 +180,10 @@ def _concat(parts: list[np.ndarray | None], rows: list[int]) -> np.ndarray:
     return np.concatenate(filled) if filled else np.array([])
 
 
-def read_columnar(path: Path | str, cls: type[ColumnarFile] = ColumnarFile) -> ColumnarFile:
-    """Read every complete chunk of the ``.cbcol`` file ``path``."""
+def read_columnar(path: Path | str, cls: type[ColumnarFile] = ColumnarFile,
+                  columns: Collection[str] | None = None) -> ColumnarFile:
+    """Read every complete chunk of the ``.cbcol`` file ``path``; only the named ``columns``
+    when given (a 45-UE cell's truth has 45 sets: a reader of one UE skips decoding 44)."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -206,7 +209,7 @@ def read_columnar(path: Path | str, cls: type[ColumnarFile] = ColumnarFile) -> C
     rows_per_chunk: list[int] = []
     while pos < len(data):
         index = len(rows_per_chunk)
-        decoded = _read_chunk(path, data, pos, index, decompressor)
+        decoded = _read_chunk(path, data, pos, index, decompressor, columns)
         if decoded is None:
             break
         pos, rows, columns = decoded
@@ -215,14 +218,15 @@ def read_columnar(path: Path | str, cls: type[ColumnarFile] = ColumnarFile) -> C
         for name, values in columns.items():
             parts.setdefault(name, [None] * index).append(values)
         rows_per_chunk.append(rows)
-    columns = {name: _concat(p, rows_per_chunk) for name, p in parts.items()}
-    return cls(path, header, columns, len(rows_per_chunk), sum(rows_per_chunk), len(data) - pos)
+    merged = {name: _concat(p, rows_per_chunk) for name, p in parts.items()}
+    return cls(path, header, merged, len(rows_per_chunk), sum(rows_per_chunk), len(data) - pos)
 
 
-def _read_chunk(path: Path, data: bytes, pos: int, index: int,
-                decompressor: zstandard.ZstdDecompressor) -> tuple[int, int, dict[str, np.ndarray]] | None:
+def _read_chunk(path: Path, data: bytes, pos: int, index: int, decompressor: zstandard.ZstdDecompressor,
+                wanted: Collection[str] | None = None) -> tuple[int, int, dict[str, np.ndarray]] | None:
     """Decode the chunk at ``pos``: (position after it, rows, columns), or None when the file
-    ends inside it (the incomplete last chunk of an interrupted run)."""
+    ends inside it (the incomplete last chunk of an interrupted run). Only the ``wanted``
+    columns are decoded (all when None)."""
     where = f"{path}: chunk {index} at byte {pos}"
     if pos + _CHUNK_PREFIX.size > len(data):
         return None
@@ -245,6 +249,8 @@ def _read_chunk(path: Path, data: bytes, pos: int, index: int,
         name, n = c["name"], int(c["stored_bytes"])
         block = data[at:at + n]
         at += n
+        if wanted is not None and name not in wanted:
+            continue
         if c["encoding"] == "zstd":
             # A streaming decoder: it needs no content size in the frame header.
             raw = decompressor.decompressobj().decompress(block)
@@ -266,9 +272,10 @@ def _read_chunk(path: Path, data: bytes, pos: int, index: int,
     return at, rows, columns
 
 
-def read_truth(path: Path | str) -> Truth:
-    """Ground truth (``truth.cbcol``): every complete chunk, one row per subframe."""
-    return cast(Truth, read_columnar(path, Truth))
+def read_truth(path: Path | str, columns: Collection[str] | None = None) -> Truth:
+    """Ground truth (``truth.cbcol``): every complete chunk, one row per subframe; only the
+    named ``columns`` when given."""
+    return cast(Truth, read_columnar(path, Truth, columns))
 
 
 def read_packets(path: Path | str) -> PacketLog:

@@ -101,6 +101,9 @@ TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
 #: ``promoting``, ``connected``), the DRX state, and 1 while its link was stalled. Empty in a
 #: file of an emulator without them.
 RADIO_TRUTH_COLUMNS = ("rrc", "drx", "stalled")
+#: The truth file's columns a load's truth.csv is cut from (UE 0's and the cell's).
+_TRUTH_READ = frozenset(("t_ms", *CELL_TRUTH_COLUMNS,
+                         *(f"ues[0].{name}" for name in (*UE_TRUTH_COLUMNS, *RADIO_TRUTH_COLUMNS))))
 #: Longest wait before a load (``idle_before_s``), s.
 MAX_IDLE_BEFORE_S = 3600.0
 #: How long background traffic runs before the first load, s: long enough for bulk flows to
@@ -357,7 +360,7 @@ def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float,
     asked = -math.inf
     while True:
         try:
-            truth = read_truth(truth_path)
+            truth = read_truth(truth_path, _TRUTH_READ)
         except (TruthFormatError, OSError):
             truth = None
         # A run younger than one truth chunk (1 s) has a file with no rows, and no columns, yet.
@@ -525,7 +528,11 @@ class Replay:
         emu_fields = _emulator_fields(cfg, core_rtt_ms)
         if cpu_plan is not None:
             emu_fields["affinity"] = cpu_plan.emulator_affinity()
-        emu_config = EmulatorConfig.for_topology(topo, output_dir=self.run_dir.emulator_dir, ue=ue_settings,
+        # Only the replay's UE has its feed written to files: the other UEs' clients read
+        # theirs live, their ground truth is in truth.cbcol, and 44 files at ~1 MB/s each
+        # would take the emulator's diag thread a whole core (Fig 19's cell).
+        per_ue = [ue_settings] + [{**ue_settings, "diag_file": False}] * len(cfg.other_ues)
+        emu_config = EmulatorConfig.for_topology(topo, output_dir=self.run_dir.emulator_dir, ue=per_ue,
                                                  **emu_fields)
         emu = Emulator(res, emu_config).start()
         self.emulator_pid = emu.pid

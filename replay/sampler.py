@@ -106,8 +106,10 @@ class TcpSampler:
         if self._diag is None:
             raise RuntimeError("TcpSampler.open() was not called")
         now = time.time()
+        # The kernel filters on the local port: a namespace shared with other UEs' senders
+        # holds dozens of other flows, and decoding them all each period costs a core's tenth.
         messages = self._diag.get_sock_stats(family=socket.AF_INET, states=SS_ALL & ~(1 << SS_LISTEN),
-                                             extensions=_EXT_INFO | _EXT_CONG)
+                                             extensions=_EXT_INFO | _EXT_CONG, sport=self.port)
         claw = self._claw_flows()
         seen = 0
         for msg in messages:

@@ -291,7 +291,7 @@ def distributions(ctx: RowContext) -> Outcome:
             if preset in p.get("handshake_presets", []):
                 hs = cell.flow("cubic", sizes=[1] * p["handshakes"], gap_s=p.get("handshake_gap_s", 0.3))
                 m["handshake_ms"] = [c["connect_ms"] for c in hs.client if "connect_ms" in c]
-            origin = read_truth(cell.truth_path).header["origin_unix_ns"] / 1e3
+            origin = read_truth(cell.truth_path, ()).header["origin_unix_ns"] / 1e3
         log = read_packets(cell.packets_path)
         down = log.select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK, ue=0)
         t0 = (t_start + p["skip_s"]) * 1e6 - origin
@@ -423,7 +423,7 @@ def transport_loss(ctx: RowContext) -> Outcome:
                 cell.topo.core.run(send_udp_command(sys.executable, [(str(cell.topo.ues[0].address), 9000)],
                                                     f"{int(cap / 2)}bit", 1200, p["sweep_seconds"] / 2),
                                    timeout_s=p["sweep_seconds"] + 30)
-            origin = read_truth(cell.truth_path).header["origin_unix_ns"] / 1e3
+            origin = read_truth(cell.truth_path, ()).header["origin_unix_ns"] / 1e3
         packets = read_packets(cell.packets_path)
         down = packets.select(event=PacketEvent.DELIVER, direction=Direction.DOWNLINK, ue=0)
         air_drops = len(packets.select(event=PacketEvent.DROP_RLC, direction=Direction.DOWNLINK, ue=0)["bytes"])

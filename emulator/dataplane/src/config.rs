@@ -134,6 +134,11 @@ pub struct UeFile {
     /// Default 5775.
     #[serde(default = "default_diag_port")]
     pub diag_port: u16,
+    /// Whether this UE's feed is written to `diag-ue<N>.jsonl` / `.mi2log` (only while
+    /// `diag.file` is on). Default true. Off for background UEs of a big cell: each file
+    /// grows by about 1 MB/s, and writing 45 of them takes the diag thread a core.
+    #[serde(default = "default_diag_file")]
+    pub diag_file: bool,
     /// The cell model's per-UE parameters (queue_limit_bytes, rsrp_dbm, ...).
     #[serde(default)]
     pub cell: cell::UeConfig,
@@ -145,6 +150,10 @@ fn default_ue_routes() -> Vec<String> {
 
 fn default_diag_port() -> u16 {
     5775
+}
+
+fn default_diag_file() -> bool {
+    true
 }
 
 fn default_uplink_queue_limit_bytes() -> u64 {
@@ -473,6 +482,8 @@ pub struct UeSpec {
     pub uplink_queue_limit_bytes: u64,
     /// Diag port (0: any).
     pub diag_port: u16,
+    /// Whether the UE's diag feed is written to files (with the config's `diag_file`).
+    pub diag_file: bool,
     /// Cell parameters of the UE.
     pub cell: cell::UeConfig,
 }
@@ -609,6 +620,7 @@ fn ue_at(file: &mut FileConfig, i: usize) -> &mut UeFile {
             uplink_rate: None,
             uplink_queue_limit_bytes: default_uplink_queue_limit_bytes(),
             diag_port: default_diag_port(),
+            diag_file: default_diag_file(),
             cell: cell::UeConfig::default(),
         });
     }
@@ -921,6 +933,7 @@ fn validate(file: FileConfig) -> Result<Config> {
             uplink,
             uplink_queue_limit_bytes: ue.uplink_queue_limit_bytes,
             diag_port: ue.diag_port,
+            diag_file: ue.diag_file,
             cell: ue.cell.clone(),
         });
     }

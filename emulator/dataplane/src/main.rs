@@ -133,10 +133,11 @@ fn run(cli: &Cli) -> Result<()> {
 
     std::fs::create_dir_all(&config.output_dir)
         .context(|| format!("creating the output directory {}", config.output_dir.display()))?;
-    let diag_at: Vec<(&Namespace, u16)> = ue_ns.iter().zip(&config.ues).map(|(ns, ue)| (ns, ue.diag_port)).collect();
-    let (diag_server, endpoints) =
-        DiagServer::bind(&diag_at, &config.output_dir, config.diag_file, &config.diag_mi2log)?;
-    let diag_queue = Arc::new(DiagQueue::new(config.diag_file)?);
+    let diag_at: Vec<(&Namespace, u16, bool)> =
+        ue_ns.iter().zip(&config.ues).map(|(ns, ue)| (ns, ue.diag_port, config.diag_file && ue.diag_file)).collect();
+    let any_file = diag_at.iter().any(|&(_, _, file)| file);
+    let (diag_server, endpoints) = DiagServer::bind(&diag_at, &config.output_dir, &config.diag_mi2log)?;
+    let diag_queue = Arc::new(DiagQueue::new(any_file)?);
 
     let time = Arc::new(TimeBase::starting_in(START_DELAY_NS));
     // What a reader of the files and the feed needs to line them up with the trace.

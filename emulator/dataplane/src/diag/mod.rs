@@ -242,20 +242,19 @@ pub struct DiagEndpoint {
 }
 
 impl DiagServer {
-    /// Binds 127.0.0.1:`port` inside each UE's namespace (port 0: any free port) and, if
-    /// `file`, creates `diag-ue<N>.jsonl` in `output_dir`. `ues` pairs each UE's namespace
-    /// with its port.
+    /// Binds 127.0.0.1:`port` inside each UE's namespace (port 0: any free port) and, for
+    /// the UEs whose files are wanted, creates `diag-ue<N>.jsonl` in `output_dir`. `ues`
+    /// gives each UE's namespace, port and whether its feed is written to files.
     /// `mi2log`: the mi2log feed's settings (`diag-ue<N>.mi2log`, port, pty).
     pub fn bind(
-        ues: &[(&Namespace, u16)],
+        ues: &[(&Namespace, u16, bool)],
         output_dir: &Path,
-        file: bool,
         mi2log: &Mi2logConfig,
     ) -> Result<(DiagServer, Vec<DiagEndpoint>)> {
         let epoll = sys::epoll_create().context(|| "creating the epoll instance of the diag thread".into())?;
         let mut feeds = Vec::with_capacity(ues.len());
         let mut endpoints = Vec::with_capacity(ues.len());
-        for (i, &(ns, port)) in ues.iter().enumerate() {
+        for (i, &(ns, port, file)) in ues.iter().enumerate() {
             let listener = ns.run_in(|| {
                 crate::tun::bring_up_loopback(ns)?;
                 TcpListener::bind((Ipv4Addr::LOCALHOST, port))
