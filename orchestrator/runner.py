@@ -105,7 +105,7 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
         inject_delay_ms=job.inject_delay_ms, rerun_late=job.rerun_late,
         cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, scheme=c.scheme, object_bytes=c.object_bytes,
                                         off_ms=c.off_ms) for c in cond.cross_traffic],
-        other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page) for o in cond.other_ues],
+        other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page, off_ms=o.off_ms) for o in cond.other_ues],
         ue_rmem=None if cond.ue_rmem is None else str(cond.ue_rmem), drwa=cond.drwa, rrc=cond.rrc, stall=cond.stall,
         idle_before_s=cond.idle_before_s, keep_connections=cond.keep_connections,
         server_sysctls=dict(cond.server_sysctls))

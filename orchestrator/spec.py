@@ -119,6 +119,8 @@ class OtherUe(_Strict):
     #: The UE's scheme: any registered one (an instance of its own on that UE).
     scheme: Annotated[str, AfterValidator(lambda v: _check_other_ue_scheme(v))] = "cubic"
     page: Annotated[str, AfterValidator(lambda v: _check_page(v))] = "set-01"
+    #: ``page``: mean think time between the UE's downloads, ms (None: 1 s, a phone reloading).
+    off_ms: float | None = Field(None, gt=0, le=3_600_000)
 
 
 class Condition(_Strict):
@@ -595,6 +597,9 @@ def scenario_settings(trace: str, page: str, condition: Condition, seed: int, lo
                        ("keep_connections", False), ("server_sysctls", {})):
         if cond.get(key) == unset:
             cond.pop(key, None)
+    for other in cond.get("other_ues", []):
+        if other.get("off_ms") is None:
+            other.pop("off_ms", None)
     return {"trace": trace, "page": page, "condition": cond, "seed": seed, "loader": loader,
             "synth_seconds": synth_seconds, "load_timeout_s": load_timeout_s}
 

@@ -256,3 +256,32 @@ def test_max_other_ues_caps_every_condition_counts_included() -> None:
 def test_paper_quick_keeps_fig19_small() -> None:
     spec = load_spec(SUITES / "paper-quick.yaml").spec
     assert max(len(c.other_ues) for m in spec.all_matrices() for c in m.conditions) <= 4
+
+
+def test_other_ue_think_time_counts_in_the_id_only_when_set() -> None:
+    from clawbed.orchestrator.network.crosstraffic import PAGE_OFF_MS, OtherUePage, OtherUeSpec
+    from clawbed.orchestrator.spec import scenario_id, scenario_settings
+
+    def cond(**other: object) -> object:
+        spec = parse_spec({"suite": "t", "matrix": {
+            "traces": ["idle-cell"], "pages": ["set-01"], "schemes": ["cubic"],
+            "conditions": [{"name": "c", "other_ues": [{"kind": "page", "page": "set-06", **other}]}]}})
+        return spec.all_matrices()[0].conditions[0]
+
+    def sid(c: object) -> str:
+        return scenario_id(scenario_settings("idle-cell", "set-01", c, 1, "h2", None, 60.0))  # type: ignore[arg-type]
+
+    # A spec written before off_ms existed keeps its id (its stored loads stay its own).
+    plain = scenario_settings("idle-cell", "set-01", cond(), 1, "h2", None, 60.0)  # type: ignore[arg-type]
+    assert plain["condition"]["other_ues"] == [{"kind": "page", "scheme": "cubic", "page": "set-06"}]
+    assert sid(cond(off_ms=28000)) != sid(cond())
+    with pytest.raises(SpecError, match="off_ms"):
+        cond(off_ms=0)
+    # The think time reaches the sender's command line.
+    page = OtherUePage(OtherUeSpec(kind="page", page="set-06", off_ms=28000.0), 1, 7, 750_000)
+    default = OtherUePage(OtherUeSpec(kind="page", page="set-06"), 1, 7, 750_000)
+    page.cc = default.cc = "cubic"
+    argv = page._sender_argv("10.0.0.2", 9000, Path("/tmp"))
+    assert argv[argv.index("--mean-off-ms") + 1] == "28000.0"
+    argv = default._sender_argv("10.0.0.2", 9000, Path("/tmp"))
+    assert argv[argv.index("--mean-off-ms") + 1] == str(PAGE_OFF_MS)

@@ -112,6 +112,8 @@ class CrossTrafficSpec:
             needs_ue = get_scheme(self.scheme).needs_ue
         except InputError as e:
             raise InputError(f"{flag}: {e}") from None
+        if self.off_ms is not None and not (self.off_ms > 0 and math.isfinite(self.off_ms)):
+            raise InputError(f"{flag}: off_ms {self.off_ms!r} must be a positive number of ms")
         if needs_ue:
             raise InputError(f"{flag}: scheme {self.scheme!r} has a part on the UE and a cross-traffic host has "
                              f"none; one of {', '.join(scheme_names(without_ue=True))}")
@@ -128,6 +130,8 @@ class OtherUeSpec:
     scheme: str = "cubic"
     #: ``page``: the page whose size each download has (the replay knows the pages).
     page: str = "set-01"
+    #: ``page``: mean think time between its downloads, ms (exponential; None: :data:`PAGE_OFF_MS`).
+    off_ms: float | None = None
 
     def check(self, flag: str = "--other-ues") -> None:
         if self.kind not in OTHER_UE_KINDS:
@@ -417,7 +421,8 @@ class _OtherUe(Background):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "kind": self.spec.kind, "ue": self.ue_index, "scheme": self.spec.scheme,
                 "cc": self.cc, "namespace": self.ue.name if self.ue else None,
-                "page": self.spec.page if self.spec.kind == "page" else None}
+                "page": self.spec.page if self.spec.kind == "page" else None,
+                "off_ms": (self.spec.off_ms or PAGE_OFF_MS) if self.spec.kind == "page" else None}
 
 
 class OtherUeBulk(_OtherUe):
@@ -434,7 +439,7 @@ class OtherUeBulk(_OtherUe):
 
 class OtherUePage(_OtherUe):
     """Downloads of ``page_bytes`` (the spec's page's total size), separated by exponential
-    think times (mean :data:`PAGE_OFF_MS`), each on a new connection."""
+    think times (mean: the spec's ``off_ms``, else :data:`PAGE_OFF_MS`), each on a new connection."""
 
     def __init__(self, spec: OtherUeSpec, ue_index: int, seed: int, page_bytes: int,
                  settings: SchemeSettings | None = None) -> None:
@@ -443,6 +448,7 @@ class OtherUePage(_OtherUe):
             raise ValueError(f"other UE {ue_index}: page_bytes {page_bytes} must be positive")
         self.seed = seed
         self.page_bytes = page_bytes
+        self.off_ms = spec.off_ms if spec.off_ms is not None else PAGE_OFF_MS
 
     def _receiver_argv(self, address: str, port: int) -> list[str]:
         return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address", address,
@@ -451,7 +457,7 @@ class OtherUePage(_OtherUe):
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
         return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", "1", "--mean-bytes", str(self.page_bytes),
-                "--sigma", "0", "--mean-off-ms", str(PAGE_OFF_MS), "--cc", str(self.cc),
+                "--sigma", "0", "--mean-off-ms", str(self.off_ms), "--cc", str(self.cc),
                 "--log", str(log_dir / f"{self.name}-transfers.jsonl")]
 
 
