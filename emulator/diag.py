@@ -30,6 +30,8 @@ from clawbed.netns import socket_in_namespace
 
 #: Longest line accepted, bytes (a message is well under 2 KB; this only bounds a broken feed).
 MAX_LINE_BYTES = 1 << 20
+#: Bytes asked for per read of the live feed (a few subframes' lines of a busy UE).
+READ_BYTES = 1 << 16
 #: Message names (``type_id``) of the feed.
 PDSCH_STAT = "LTE_PHY_PDSCH_Stat_Indication"
 SERV_CELL_MEASUREMENT = "LTE_PHY_Serv_Cell_Measurement"
@@ -91,19 +93,23 @@ async def subscribe(ns_name: str, port: int, *, connect_timeout_s: float = 5.0) 
     sock = await _connect(ns_name, port, connect_timeout_s)
     reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_LINE_BYTES)
     where = f"diag feed 127.0.0.1:{port} in namespace {ns_name}"
+    # Whatever has arrived is read at once and split here: a subframe brings about five
+    # lines, and a readline per line cost a client more CPU than decoding them (a 45-UE
+    # cell runs 44 clients).
+    partial = b""
     try:
         while True:
             try:
-                line = await reader.readline()
-            except ValueError as e:  # a line longer than the limit
-                raise DiagFeedError(f"{where}: {e}") from e
+                chunk = await reader.read(READ_BYTES)
             except ConnectionResetError:
                 return
-            if not line:
-                return
-            if not line.endswith(b"\n"):
-                return  # the emulator stopped mid-line: the last message is incomplete
-            yield _decode(line, where)
+            if not chunk:
+                return  # closed; a line cut short (the emulator stopped mid-line) is dropped
+            *lines, partial = (partial + chunk).split(b"\n")
+            if len(partial) > MAX_LINE_BYTES:
+                raise DiagFeedError(f"{where}: a line longer than {MAX_LINE_BYTES} bytes: {partial[:120]!r}")
+            for line in lines:
+                yield _decode(line, where)
     finally:
         writer.close()
         try:
