@@ -120,3 +120,24 @@ def test_stall_runs_are_the_runs_of_stalled_subframes() -> None:
     # (first stalled subframe, end of the last one): an outage of 2, 3 and (cut by the end) 1 ms.
     assert stall_runs(stalled, t_ms) == [(101.0, 103.0), (105.0, 108.0), (109.0, 110.0)]
     assert stall_runs(np.zeros(5), np.arange(5)) == []
+
+
+def test_lte3_below_tail_shift_has_an_exact_interval() -> None:
+    import numpy as np
+
+    from clawbed.orchestrator.fidelity.bulk import _shift_ci
+    from clawbed.orchestrator.regress import interval_rank
+
+    rng = np.random.default_rng(3)
+    ref = list(64 + 6 * rng.random(10))  # pings spread over the SR slot, as LTE-3's
+    same = list(64 + 6 * rng.random(10))
+    shift, low, high = _shift_ci(same, ref)
+    assert low is not None and high is not None and low <= 0 <= high
+    # A shifted copy: the estimate is the shift itself, and the interval is the k-th smallest
+    # and largest pairwise difference (k from the Mann-Whitney null at 95 %).
+    shifted = [x + 400 for x in ref]
+    shift, low, high = _shift_ci(shifted, ref)
+    diffs = sorted(a - b for a in shifted for b in ref)
+    k = interval_rank(10, 10)
+    assert shift == pytest.approx(400) and (low, high) == (diffs[k - 1], diffs[-k]) and low > 1
+    assert _shift_ci([1.0], [2.0])[1:] == (None, None)  # too few pings for any interval
