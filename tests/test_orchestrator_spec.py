@@ -277,6 +277,9 @@ def test_other_ue_think_time_counts_in_the_id_only_when_set() -> None:
     assert sid(cond(off_ms=28000)) != sid(cond())
     with pytest.raises(SpecError, match="off_ms"):
         cond(off_ms=0)
+    from clawbed.errors import InputError
+    with pytest.raises(InputError, match="--other-ues: off_ms -5.0 must be a positive number of ms"):
+        OtherUeSpec(kind="page", off_ms=-5.0).check()
     # The think time reaches the sender's command line.
     page = OtherUePage(OtherUeSpec(kind="page", page="set-06", off_ms=28000.0), 1, 7, 750_000)
     default = OtherUePage(OtherUeSpec(kind="page", page="set-06"), 1, 7, 750_000)

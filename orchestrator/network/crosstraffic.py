@@ -112,8 +112,6 @@ class CrossTrafficSpec:
             needs_ue = get_scheme(self.scheme).needs_ue
         except InputError as e:
             raise InputError(f"{flag}: {e}") from None
-        if self.off_ms is not None and not (self.off_ms > 0 and math.isfinite(self.off_ms)):
-            raise InputError(f"{flag}: off_ms {self.off_ms!r} must be a positive number of ms")
         if needs_ue:
             raise InputError(f"{flag}: scheme {self.scheme!r} has a part on the UE and a cross-traffic host has "
                              f"none; one of {', '.join(scheme_names(without_ue=True))}")
@@ -140,6 +138,13 @@ class OtherUeSpec:
             get_scheme(self.scheme)
         except InputError as e:
             raise InputError(f"{flag}: {e}") from None
+        if self.off_ms is not None and not (self.off_ms > 0 and math.isfinite(self.off_ms)):
+            raise InputError(f"{flag}: off_ms {self.off_ms!r} must be a positive number of ms")
+
+    @property
+    def mean_off_ms(self) -> float:
+        """The page loop's mean think time, ms."""
+        return self.off_ms if self.off_ms is not None else PAGE_OFF_MS
 
 
 _CROSS_FLAG = re.compile(r"^(bulk|onoff):(\d+)$")
@@ -422,7 +427,7 @@ class _OtherUe(Background):
         return {**super().describe(), "kind": self.spec.kind, "ue": self.ue_index, "scheme": self.spec.scheme,
                 "cc": self.cc, "namespace": self.ue.name if self.ue else None,
                 "page": self.spec.page if self.spec.kind == "page" else None,
-                "off_ms": (self.spec.off_ms or PAGE_OFF_MS) if self.spec.kind == "page" else None}
+                "off_ms": self.spec.mean_off_ms if self.spec.kind == "page" else None}
 
 
 class OtherUeBulk(_OtherUe):
@@ -448,7 +453,6 @@ class OtherUePage(_OtherUe):
             raise ValueError(f"other UE {ue_index}: page_bytes {page_bytes} must be positive")
         self.seed = seed
         self.page_bytes = page_bytes
-        self.off_ms = spec.off_ms if spec.off_ms is not None else PAGE_OFF_MS
 
     def _receiver_argv(self, address: str, port: int) -> list[str]:
         return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address", address,
@@ -457,7 +461,7 @@ class OtherUePage(_OtherUe):
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
         return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", "1", "--mean-bytes", str(self.page_bytes),
-                "--sigma", "0", "--mean-off-ms", str(self.off_ms), "--cc", str(self.cc),
+                "--sigma", "0", "--mean-off-ms", str(self.spec.mean_off_ms), "--cc", str(self.cc),
                 "--log", str(log_dir / f"{self.name}-transfers.jsonl")]
 
 
