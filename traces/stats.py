@@ -5,6 +5,13 @@ subframe with the trace's layers, in Mbit/s. "Alone" is the UE with every RB the
 users leave (N_rb − other_rbs); "full cell" is the UE with all N_rb RBs. Per subframe
 these are polarised (the other users take most RBs or none), so their percentiles, like
 the load's, are taken over :data:`BIN_MS` bins — the scale of an RTT and of CLAW's window.
+
+A trace imported from Mahimahi (``source`` ``mahimahi``) records one link's capacity, no
+cell: its ``other_rbs`` are how the import trims each subframe's TBS down to the recorded
+bits (and N_rb in a ms with no delivery opportunity), not other users. Its full-cell
+capacity is the recorded one (the same as alone), and it has no other users' load: counting
+those RBs as capacity made a constant 48 Mbit/s trace's "full cell" 49.1 Mbit/s, and a
+driving trace's (mostly empty ms) several times its recorded rate.
 """
 
 from __future__ import annotations
@@ -24,6 +31,14 @@ BIN_MS = 100
 #: Other users "take the cell" in a subframe when they demand at least this share of N_rb.
 MOST_RBS_FRACTION = 0.8
 PERCENTILES = (5, 50, 95)
+#: Trace sources whose ``other_rbs`` encode capacity the recording lacked, not other users.
+LINK_ONLY_SOURCES = frozenset({"mahimahi"})
+
+
+def other_rbs_are_users(trace: Trace) -> bool:
+    """False for a trace of one link's capacity (a Mahimahi import), whose ``other_rbs`` are
+    the import's trim of each subframe's TBS, not RBs other users took."""
+    return trace.metadata.get("source") not in LINK_ONLY_SOURCES
 
 
 def _bin_means(values: np.ndarray, bin_ms: int) -> np.ndarray:
@@ -44,13 +59,16 @@ def _distribution(mean: float, samples: np.ndarray) -> dict[str, float]:
 
 
 def capacities_mbps(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(alone-in-cell, full-cell) capacity of each subframe, Mbit/s (= bits per ms / 1000)."""
+    """(alone-in-cell, full-cell) capacity of each subframe, Mbit/s (= bits per ms / 1000).
+    For a link-only trace (:func:`other_rbs_are_users` False) both are the recorded capacity."""
     n_rb = trace.n_rb
     mcs = trace["mcs"]
     layers = trace.get("layers")
-    alone = capacity_bits(mcs, n_rb - trace["other_rbs"].astype(np.int64), n_rb, layers)
+    alone = capacity_bits(mcs, n_rb - trace["other_rbs"].astype(np.int64), n_rb, layers) / 1000.0
+    if not other_rbs_are_users(trace):
+        return alone, alone.copy()
     full = capacity_bits(mcs, np.full(len(mcs), n_rb), n_rb, layers)
-    return alone / 1000.0, full / 1000.0
+    return alone, full / 1000.0
 
 
 def summarize(trace: Trace) -> dict[str, Any]:
@@ -60,7 +78,9 @@ def summarize(trace: Trace) -> dict[str, Any]:
     mean over all subframes and percentiles over ``bin_ms`` bins; ``mcs`` percentiles are
     per subframe. ``subframes_other_ge_80pct`` / ``subframes_other_zero`` are fractions of
     subframes (their sum shows how polarised the load is). ``harq_fail_rate`` is the mean
-    of ``harq_fail`` (or of ``bler``), None when the trace has neither.
+    of ``harq_fail`` (or of ``bler``), None when the trace has neither. A link-only trace
+    (``other_users`` False: a Mahimahi import) has its recorded capacity as the full cell's
+    and None for the other users' load and the subframe fractions.
     """
     n_rb = trace.n_rb
     other = trace["other_rbs"].astype(np.int64)
@@ -77,6 +97,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
         harq = None
     layers = trace.get("layers")
     users = trace.get("other_users")
+    cell = other_rbs_are_users(trace)
     return {
         "duration_s": trace.duration_ms / 1000.0,
         "n_rb": n_rb,
@@ -89,10 +110,11 @@ def summarize(trace: Trace) -> dict[str, Any]:
         "bin_ms": BIN_MS,
         "capacity_alone_mbps": _distribution(alone.mean(), _bin_means(alone, BIN_MS)),
         "capacity_full_cell_mbps": _distribution(full.mean(), _bin_means(full, BIN_MS)),
-        "other_load_pct": _distribution(load_pct.mean(), _bin_means(load_pct, BIN_MS)),
+        "other_users": cell,
+        "other_load_pct": _distribution(load_pct.mean(), _bin_means(load_pct, BIN_MS)) if cell else None,
         "mcs": _distribution(mcs.mean(), mcs),
-        "subframes_other_ge_80pct": round(float(np.mean(other >= MOST_RBS_FRACTION * n_rb)), 4),
-        "subframes_other_zero": round(float(np.mean(other == 0)), 4),
+        "subframes_other_ge_80pct": round(float(np.mean(other >= MOST_RBS_FRACTION * n_rb)), 4) if cell else None,
+        "subframes_other_zero": round(float(np.mean(other == 0)), 4) if cell else None,
         "harq_fail_rate": harq,
         "two_layer_fraction": None if layers is None else round(float(np.mean(layers == 2)), 4),
         "mean_other_users": None if users is None else round(float(users.mean()), 3),
@@ -118,10 +140,16 @@ def render_summary(path: str | Path, summary: dict[str, Any]) -> None:
                        ("other users' load, %", "other_load_pct"),
                        ("MCS", "mcs")):
         d = s[key]
+        if d is None:
+            continue
         table.add_row(label, *(f"{d[c]:.1f}" for c in ("mean", *(f"p{q}" for q in PERCENTILES))))
     console.print(table)
-    lines = [f"subframes where other users take ≥ {MOST_RBS_FRACTION:.0%} of the RBs: "
-             f"{s['subframes_other_ge_80pct']:.1%}, none: {s['subframes_other_zero']:.1%}"]
+    if s.get("other_users", True):
+        lines = [f"subframes where other users take ≥ {MOST_RBS_FRACTION:.0%} of the RBs: "
+                 f"{s['subframes_other_ge_80pct']:.1%}, none: {s['subframes_other_zero']:.1%}"]
+    else:
+        lines = [f"one link's capacity ({s['source']}), no cell: the full cell is the recorded capacity and "
+                 f"there are no other users"]
     if s["harq_fail_rate"] is not None:
         lines.append(f"first-transmission HARQ failure rate: {s['harq_fail_rate']:.1%}")
     if s["two_layer_fraction"] is not None:
