@@ -97,18 +97,17 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
     schemes = list(dict.fromkeys(s for _, s in job.plan))
     config = PlannedConfig(
         trace=materialize_trace(sc), page=sc.page, schemes=schemes, runs=sc.repetitions,
-        http_version=cond.http, loader=sc.loader, core_rtt_ms=cond.core_rtt_ms, bs_buffer_bytes=cond.bs_buffer_bytes,
+        http_version=cond.http, loader=sc.loader,
         wireline_rate=cond.wireline_rate, wired_delay_ms=cond.wired_delay_ms, wired_jitter_ms=cond.wired_jitter_ms,
         wired_loss_pct=cond.wired_loss_pct, wired_reorder_pct=cond.wired_reorder_pct,
-        scheduler=cond.scheduler, seed=sc.seed, name=job.run_dir.name,
+        seed=sc.seed, name=job.run_dir.name,
         load_timeout_s=sc.load_timeout_s, output_root=job.run_dir.parent, loads=list(job.plan),
         inject_delay_ms=job.inject_delay_ms, rerun_late=job.rerun_late,
         cross_traffic=[CrossTrafficSpec(kind=c.kind, flows=c.flows, scheme=c.scheme, object_bytes=c.object_bytes,
                                         off_ms=c.off_ms) for c in cond.cross_traffic],
         other_ues=[OtherUeSpec(kind=o.kind, scheme=o.scheme, page=o.page, off_ms=o.off_ms) for o in cond.other_ues],
-        ue_rmem=None if cond.ue_rmem is None else str(cond.ue_rmem), drwa=cond.drwa, rrc=cond.rrc, stall=cond.stall,
         idle_before_s=cond.idle_before_s, keep_connections=cond.keep_connections,
-        server_sysctls=dict(cond.server_sysctls))
+        **cond.settings())
 
     def on_event(event: ReplayEvent) -> None:
         if event.kind == "load-done" and event.record is not None:

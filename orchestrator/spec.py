@@ -72,15 +72,13 @@ from pydantic import (
 )
 
 from clawbed.claw.schemes import SCHEMES
-from clawbed.claw.server.sysctls import check_overrides
-from clawbed.emulator.config import DEFAULT_SCHEDULER, SchedulerName, check_policy, parse_rate_bps
+from clawbed.emulator.config import DEFAULT_SCHEDULER, parse_rate_bps
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.paths import REPO_ROOT, state_dir
-from clawbed.replay import pages, rmem
+from clawbed.replay import pages, settings
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, MAX_IDLE_BEFORE_S
 from clawbed.traces.synth import PRESETS
-from clawbed.units import parse_size_bytes
 
 SAMPLE_TRACES = REPO_ROOT / "traces" / "samples"
 SYNTH_PREFIX = "synth:"
@@ -128,7 +126,7 @@ class Condition(_Strict):
 
     name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
     http: Literal["2", "1.1"] = "2"
-    core_rtt_ms: float | None = Field(None, gt=0, le=10_000)
+    core_rtt_ms: float | None = None
     #: Base-station queue per UE: a size such as ``3MiB`` or a byte count.
     bs_buffer: str | int | None = None
     #: Wireline bottleneck between the core and the server, e.g. ``20mbit``.
@@ -138,7 +136,15 @@ class Condition(_Strict):
     wired_jitter_ms: float = Field(0.0, ge=0, le=10_000)
     wired_loss_pct: float = Field(0.0, ge=0, le=100)
     wired_reorder_pct: float = Field(0.0, ge=0, le=100)
-    scheduler: SchedulerName = DEFAULT_SCHEDULER
+    #: The cell's scheduler, queue policy and loss model: a policy name of
+    #: emulator/policies.json or a table ``{kind: NAME, <its parameters>}``.
+    scheduler: str | dict[str, Any] = DEFAULT_SCHEDULER
+    queue: str | dict[str, Any] | None = None
+    loss: str | dict[str, Any] | None = None
+    #: Air interface delay, ms; the UE's uplink rate (``5mbit``); RSRQ noise σ, dB.
+    air_delay_ms: float | None = None
+    uplink_rate: str | None = None
+    rsrq_noise_db: float | None = None
     cross_traffic: list[CrossTraffic] = []
     other_ues: list[OtherUe] = []
     #: The UE's receive-buffer cap: a phone of BB12's table (``galaxy-s2``), ``PHONE:NETWORK``
@@ -161,30 +167,12 @@ class Condition(_Strict):
     #: Server sysctls over the schemes' common ones (replay's ``server_sysctls``).
     server_sysctls: dict[str, str] = {}
 
-    @field_validator("rrc", "stall")
+    @field_validator(*(name for name in settings.SETTINGS), mode="before")
     @classmethod
-    def _policy(cls, v: str | dict[str, Any] | None, info: ValidationInfo) -> str | dict[str, Any] | None:
-        if v is None:
-            return v
+    def _setting(cls, v: Any, info: ValidationInfo) -> Any:
+        """The one check of the settings vocabulary (replay/settings.py); its ValueError names the value."""
         assert info.field_name is not None
-        table = check_policy(info.field_name, v)  # a ValueError names the policy or parameter at fault
-        # A table of its kind only is the name: the same settings, the same scenario id.
-        return table["kind"] if set(table) == {"kind"} else table
-
-    @field_validator("server_sysctls")
-    @classmethod
-    def _server_sysctls(cls, v: dict[str, str]) -> dict[str, str]:
-        check_overrides(v)  # a ValueError names the key at fault
-        return v
-
-    @field_validator("ue_rmem")
-    @classmethod
-    def _ue_rmem(cls, v: str | int | None) -> str | int | None:
-        try:
-            rmem.resolve(v, "ue_rmem")
-        except InputError as e:
-            raise ValueError(str(e).removeprefix("ue_rmem ")) from None
-        return v
+        return settings.check(info.field_name, v)
 
     @field_validator("other_ues", mode="before")
     @classmethod
@@ -213,18 +201,6 @@ class Condition(_Strict):
         # YAML reads `http: 2` as an int and `http: 1.1` as a float.
         return str(v) if isinstance(v, (int, float)) else v
 
-    @field_validator("bs_buffer")
-    @classmethod
-    def _size(cls, v: str | int | None) -> str | int | None:
-        if v is not None:
-            try:
-                bytes_ = v if isinstance(v, int) else parse_size_bytes(v)
-            except InputError:
-                raise ValueError(f"{v!r} is not a size like 65536, 512KiB or 3MiB") from None
-            if not 1 <= bytes_ <= 1 << 30:
-                raise ValueError(f"{v!r} must be 1 byte .. 1 GiB")
-        return v
-
     @field_validator("wireline_rate")
     @classmethod
     def _rate(cls, v: str | None) -> str | None:
@@ -245,9 +221,11 @@ class Condition(_Strict):
 
     @property
     def bs_buffer_bytes(self) -> int | None:
-        if self.bs_buffer is None or isinstance(self.bs_buffer, int):
-            return self.bs_buffer
-        return parse_size_bytes(self.bs_buffer)
+        return None if self.bs_buffer is None else settings.size_bytes(self.bs_buffer)
+
+    def settings(self) -> dict[str, Any]:
+        """The shared settings (replay/settings.py) of this condition, for a replay's config."""
+        return {name: getattr(self, name) for name in settings.SETTINGS}
 
 
 def _check_page(name: str) -> str:
@@ -592,10 +570,10 @@ class Scenario:
 def scenario_settings(trace: str, page: str, condition: Condition, seed: int, loader: str,
                       synth_seconds: int | None, load_timeout_s: float) -> dict[str, Any]:
     cond = condition.model_dump(mode="json", exclude={"name"})
-    # UE and radio settings added later count only when set: the ids of conditions without them stay.
-    for key, unset in (("ue_rmem", None), ("drwa", False), ("rrc", None), ("stall", None), ("idle_before_s", 0.0),
-                       ("keep_connections", False), ("server_sysctls", {})):
-        if cond.get(key) == unset:
+    # Settings added later count only when set: the ids of conditions without them stay.
+    unset = {name: s.empty() for name, s in settings.SETTINGS.items() if not s.always_hashed}
+    for key, empty in (*unset.items(), ("idle_before_s", 0.0), ("keep_connections", False)):
+        if cond.get(key) == empty:
             cond.pop(key, None)
     for other in cond.get("other_ues", []):
         if other.get("off_ms") is None:

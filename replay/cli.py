@@ -12,71 +12,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clawbed.claw.schemes.base import scheme_names
-from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, check_policy
-from clawbed.emulator.policies import POLICIES, default_policy, policy_names
 from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
 from clawbed.paths import REPO_ROOT, runs_dir
+from clawbed.replay import settings
 from clawbed.replay.report import plt_stats, stats_table, write_report
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent, describe_lateness
-from clawbed.units import parse_size_bytes
 
 DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
-
-
-class PolicyChoice(click.ParamType):
-    """A cell policy of ``category`` from the registry (``emulator/policies.json``): ``NAME`` or
-    ``NAME:KEY=VALUE,...``; the value is the name, or ``{"kind": NAME, KEY: VALUE, ...}``."""
-
-    def __init__(self, category: str) -> None:
-        self.category = category
-        self.choices = policy_names(category)
-        self.name = f"{category} policy"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return f"[{'|'.join(self.choices)}][:KEY=VALUE,...]"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        name, _, rest = value.partition(":")
-        if name not in self.choices:
-            self.fail(f"{name!r}: one of {', '.join(self.choices)}", param, ctx)
-        if not rest:
-            return name
-        types = {p["name"]: p["type"] for p in next(p for p in POLICIES[self.category]["policies"]
-                                                     if p["name"] == name)["params"]}
-        choice: dict[str, Any] = {"kind": name}
-        for item in rest.split(","):
-            key, eq, text = item.partition("=")
-            key = key.strip()
-            if not eq or key not in types:
-                self.fail(f"{item!r}: give KEY=VALUE with KEY one of {', '.join(types) or 'none'} ({name}'s "
-                          f"parameters)", param, ctx)
-            try:
-                choice[key] = {"integer": int, "real": float}.get(types[key], _bool)(text.strip())
-            except ValueError:
-                self.fail(f"{key}={text!r}: not a{'n integer' if types[key] == 'integer' else ' number'}", param, ctx)
-        try:
-            return check_policy(self.category, choice)  # the registry's ranges
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-def _bool(text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise ValueError(text)
-    return text.lower() == "true"
-
-
-def _key_values(values: tuple[str, ...], flag: str) -> dict[str, str]:
-    """``KEY=VALUE`` options → {key: value}; a value without ``=`` is refused, naming the flag."""
-    out: dict[str, str] = {}
-    for value in values:
-        key, sep, rest = value.partition("=")
-        if not sep or not key.strip() or not rest.strip():
-            raise click.BadParameter(f"{value!r}: KEY=VALUE expected", param_hint=flag)
-        out[key.strip()] = rest.strip()
-    return out
 
 
 @click.command("replay")
@@ -91,8 +33,6 @@ def _key_values(values: tuple[str, ...], flag: str) -> dict[str, str]:
               help="HTTP version nginx offers (TLS either way)")
 @click.option("--loader", type=click.Choice(LOADERS), default="browser", show_default=True,
               help="headless Chromium, or an HTTP/2 client that fetches the page's objects")
-@click.option("--core-rtt-ms", type=float, help="core network RTT, ms (default: the trace's, or 50)")
-@click.option("--bs-buffer", "bs_buffer", help="base-station queue per UE, e.g. 3MiB (default: the emulator's)")
 @click.option("--wireline-rate", help="wireline bottleneck between core and server, e.g. 20mbit (default: none)")
 @click.option("--wired-delay-ms", type=float, default=0.0, show_default=True,
               help="netem delay on the wired link to the server, each way (without netem in the kernel: "
@@ -103,8 +43,6 @@ def _key_values(values: tuple[str, ...], flag: str) -> dict[str, str]:
               help="netem random loss on the wired link, %% (needs netem in the kernel)")
 @click.option("--wired-reorder", "wired_reorder_pct", type=float, default=0.0, show_default=True,
               help="netem reordering on the wired link, %% of packets (needs netem and a delay)")
-@click.option("--scheduler", type=click.Choice(SCHEDULERS),
-              default=DEFAULT_SCHEDULER, show_default=True, help="the cell's scheduler")
 @click.option("--seed", type=int, default=1, show_default=True, help="seed of the cell model and the page")
 @click.option("--name", help="run directory name under the runs folder (default: the start time)")
 @click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
@@ -125,59 +63,41 @@ def _key_values(values: tuple[str, ...], flag: str) -> dict[str, str]:
                    "calibrate a regression check)")
 @click.option("--rerun-late/--no-rerun-late", default=True, show_default=True,
               help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms")
-@click.option("--ue-rmem", "ue_rmem", metavar="PHONE[:NETWORK]|BYTES|MIN,DEFAULT,MAX",
-              help="cap the UE's TCP receive buffer (tcp_rmem max) as a phone of BB12's table did "
-                   "(galaxy-s2, htc-evo-shift, droid-charge, lg-g2x; e.g. galaxy-s2:hspa+) or at BYTES, "
-                   "or set all three tcp_rmem values (default: 4096,131072,8MiB)")
-@click.option("--drwa/--no-drwa", default=False, show_default=True,
-              help="DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)")
 @click.option("--capture-server", is_flag=True,
               help="capture the server's device into <run dir>/server.pcap (for `clawbed analyze bandwidth`)")
-@click.option("--rrc", type=PolicyChoice("rrc"), default=None,
-              help=f"the cell's RRC/DRX model, optionally with parameters (umts:dch_tail_ms=3000); "
-                   f"default: the emulator's, {default_policy('rrc')}")
-@click.option("--stall", type=PolicyChoice("stall"), default=None,
-              help=f"link-layer stalls, e.g. poisson:mean_interval_s=10,min_ms=200,max_ms=3000; "
-                   f"default: the emulator's, {default_policy('stall')}")
 @click.option("--idle-before-s", type=float, default=0.0, show_default=True,
               help="wait this long before each load, nothing sent, so the UE's radio demotes (the SPDY paper "
                    "loads pages 60 s apart)")
 @click.option("--keep-connections", is_flag=True,
               help="one browser for every load (a new tab each, cache off), so connections opened by a load "
                    "carry the next, idle in between (browser loader, one scheme)")
-@click.option("--server-sysctl", "server_sysctls", multiple=True, metavar="KEY=VALUE",
-              help="a server sysctl over the schemes' common ones (repeatable), e.g. "
-                   "net.ipv4.tcp_slow_start_after_idle=1 as the SPDY paper's servers had")
 @click.option("--reserve-cpu/--no-reserve-cpu", "reserve_cpu", default=None,
               help="run the emulator's clock and writer on a CPU of their own, the run's other processes on the "
                    "rest (default: with 4 CPUs or more; on fewer the rest are starved, see replay/cpus.py)")
+@settings.options("replay")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
-           core_rtt_ms: float | None, bs_buffer: str | None, wireline_rate: str | None,
-           wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float, wired_reorder_pct: float,
-           scheduler: str,
-           seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
+           wireline_rate: str | None, wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float,
+           wired_reorder_pct: float, seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
-           rerun_late: bool, ue_rmem: str | None, drwa: bool, capture_server: bool, rrc: str | dict[str, Any] | None,
-           stall: str | dict[str, Any] | None, idle_before_s: float, keep_connections: bool,
-           server_sysctls: tuple[str, ...], reserve_cpu: bool | None) -> None:
+           rerun_late: bool, capture_server: bool, idle_before_s: float, keep_connections: bool,
+           reserve_cpu: bool | None, **kwargs: Any) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
     series under loads/), so Ctrl-C keeps every finished load and still writes the report.
     """
+    shared = {k: v for k, v in settings.take(kwargs, "replay").items() if v is not None}
     config = ReplayConfig(
         trace=trace, page=page, schemes=[s.strip() for s in schemes.split(",") if s.strip()], runs=runs,
-        http_version=http_version, loader=loader, core_rtt_ms=core_rtt_ms,
-        bs_buffer_bytes=parse_size_bytes(bs_buffer, "--bs-buffer") if bs_buffer is not None else None,
+        http_version=http_version, loader=loader,
         wireline_rate=wireline_rate, wired_delay_ms=wired_delay_ms, wired_jitter_ms=wired_jitter_ms,
-        wired_loss_pct=wired_loss_pct, wired_reorder_pct=wired_reorder_pct, scheduler=scheduler, seed=seed, name=name,
+        wired_loss_pct=wired_loss_pct, wired_reorder_pct=wired_reorder_pct, seed=seed, name=name,
         load_timeout_s=load_timeout_s, output_root=output_root or runs_dir(),
         cross_traffic=[parse_cross_traffic(c) for c in cross_traffic],
         other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace,
-        inject_delay_ms=inject_delay_ms, rerun_late=rerun_late, ue_rmem=ue_rmem, drwa=drwa,
-        capture_server=capture_server, rrc=rrc, stall=stall, idle_before_s=idle_before_s,
-        keep_connections=keep_connections, server_sysctls=_key_values(server_sysctls, "--server-sysctl"),
-        reserve_emulator_cpu=reserve_cpu)
+        inject_delay_ms=inject_delay_ms, rerun_late=rerun_late,
+        capture_server=capture_server, idle_before_s=idle_before_s,
+        keep_connections=keep_connections, reserve_emulator_cpu=reserve_cpu, **shared)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)
@@ -199,6 +119,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
     run = Replay(config, on_event=on_event)
     console.print(f"replay {run.name}: {config.page} on {config.trace.name}, schemes {', '.join(config.schemes)}, "
                   f"{config.runs} load(s) each, {config.loader} loader, HTTP/{config.http_version}")
+    if settings.describe(config.settings()):
+        console.print(f"settings: {settings.describe(config.settings())}")
     started = time.monotonic()
     interrupted = False
     try:

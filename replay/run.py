@@ -43,8 +43,7 @@ from typing import Any
 import numpy as np
 
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
-from clawbed.claw.server.sysctls import check_overrides
-from clawbed.emulator.config import DEFAULT_SCHEDULER, SCHEDULERS, Delays, EmulatorConfig, check_policy, parse_rate_bps
+from clawbed.emulator.config import DEFAULT_SCHEDULER, Delays, EmulatorConfig, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
@@ -59,7 +58,7 @@ from clawbed.orchestrator.network.crosstraffic import (
 )
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
-from clawbed.replay import cpus, drwa, loaders, pages, rmem, webserver
+from clawbed.replay import cpus, drwa, loaders, pages, rmem, settings, webserver
 from clawbed.replay.capture import ServerCapture
 from clawbed.replay.lateness import LoadTiming, cpu_pressure_us, cpu_ticks, judge, pressure_between, steal_between
 from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
@@ -124,8 +123,9 @@ class ReplayConfig:
     #: Round-trip delay of the core network (split evenly into both directions), ms; None:
     #: the trace's ``core_delay_ms`` column or the emulator's default.
     core_rtt_ms: float | None = None
-    #: The base station's per-UE queue limit, bytes; None: the emulator's default (3 MiB).
-    bs_buffer_bytes: int | None = None
+    #: The base station's per-UE queue limit: a size (``3MiB``) or bytes; None: the emulator's
+    #: default (3 MiB).
+    bs_buffer: str | int | None = None
     #: Rate of a wireline bottleneck between the core and the server (``20mbit``); None: none.
     wireline_rate: str | None = None
     #: netem on the wired link between the core and the server, each direction: delay and
@@ -135,7 +135,17 @@ class ReplayConfig:
     wired_jitter_ms: float = 0.0
     wired_loss_pct: float = 0.0
     wired_reorder_pct: float = 0.0
-    scheduler: str = DEFAULT_SCHEDULER
+    #: The cell's scheduler: a policy name or ``{"kind": NAME, <its parameters>}``.
+    scheduler: str | dict[str, Any] = DEFAULT_SCHEDULER
+    #: The base station's queue policy (``ues[i].cell.queue``) and the cell's loss model
+    #: (``cell.loss``), the same form; None: the emulator's defaults.
+    queue: str | dict[str, Any] | None = None
+    loss: str | dict[str, Any] | None = None
+    #: Air interface delay, ms; the UE's uplink rate (``5mbit``); RSRQ measurement noise σ, dB.
+    #: None: the emulator's defaults (1 ms; the trace's uplink capacity; 0.5 dB).
+    air_delay_ms: float | None = None
+    uplink_rate: str | None = None
+    rsrq_noise_db: float | None = None
     seed: int = 1
     name: str | None = None
     #: Longest a load may take before it counts as failed, s.
@@ -162,7 +172,7 @@ class ReplayConfig:
     max_late_reruns: int = 2
     #: The UE's receive-buffer cap: a phone of BB12's table, PHONE:NETWORK, or bytes
     #: (``replay/rmem.py``); None: uncapped (:data:`UE_TCP_RMEM_BYTES`).
-    ue_rmem: str | None = None
+    ue_rmem: str | int | None = None
     #: DRWA at the UE (``replay/drwa.py``: λ = 3, α = 7/8).
     drwa: bool = False
     #: Capture the server's device into ``server.pcap`` (``replay/capture.py``) for the run.
@@ -189,6 +199,10 @@ class ReplayConfig:
     #: on the rest (``replay/cpus.py``: why, and what it costs): True with two CPUs or more,
     #: None (auto) with :data:`cpus.AUTO_MIN_CPUS` or more, False never.
     reserve_emulator_cpu: bool | None = None
+    #: nginx compresses text responses on the fly (gzip; off: the bytes on the wire are the files').
+    gzip: bool = False
+    #: HTTP/1.1 connections per host the loader opens (Chromium's are fixed at 6).
+    h1_connections_per_host: int = 6
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -211,8 +225,8 @@ class ReplayConfig:
             raise InputError(f"--http {self.http_version!r}: one of {', '.join(HTTP_VERSIONS)}")
         if self.core_rtt_ms is not None and not 0 <= self.core_rtt_ms <= 10_000:
             raise InputError(f"--core-rtt-ms {self.core_rtt_ms}: must be 0..10000")
-        if self.bs_buffer_bytes is not None and not 1 <= self.bs_buffer_bytes <= 1 << 30:
-            raise InputError(f"--bs-buffer {self.bs_buffer_bytes}: must be 1 byte .. 1 GiB")
+        # The shared settings: one check, whichever door they came in by (replay/settings.py).
+        settings.check_all(self.settings(), as_flags=True)
         if self.wireline_rate is not None:
             try:
                 parse_rate_bps(self.wireline_rate)
@@ -229,20 +243,19 @@ class ReplayConfig:
                 message = message.replace(f"Impairment.{field_name}", option).replace(f"give {field_name}",
                                                                                       f"give {option}")
             raise InputError(message) from None
-        if self.scheduler not in SCHEDULERS:
-            raise InputError(f"--scheduler {self.scheduler!r}: one of {', '.join(SCHEDULERS)}")
-        for option, category, choice in (("--rrc", "rrc", self.rrc), ("--stall", "stall", self.stall)):
-            if choice is not None:
-                try:
-                    check_policy(category, choice)
-                except ValueError as e:
-                    raise InputError(f"{option}: {e}") from None
         if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
             raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
-        try:
-            check_overrides(self.server_sysctls)
-        except ValueError as e:
-            raise InputError(f"--server-sysctl {e}") from None
+        if not 1 <= self.h1_connections_per_host <= loaders.MAX_HTTP1_CONNECTIONS:
+            raise InputError(f"--h1-connections-per-host {self.h1_connections_per_host}: must be "
+                             f"1..{loaders.MAX_HTTP1_CONNECTIONS}")
+        if self.loader == "browser" and self.h1_connections_per_host != loaders.CHROMIUM_HTTP1_CONNECTIONS:
+            # Refused rather than ignored: the run would claim a setting Chromium never took.
+            raise InputError(f"--h1-connections-per-host {self.h1_connections_per_host}: the browser loader cannot "
+                             f"set it: Chromium opens up to {loaders.CHROMIUM_HTTP1_CONNECTIONS} HTTP/1.1 "
+                             f"connections per host and no switch of it changes that; use --loader h2")
+        if self.gzip and self.page.startswith(mahimahi.PREFIX):
+            raise InputError(f"--gzip: the page {self.page} is a recorded site, served with its recorded bodies and "
+                             f"encodings; compressing on the fly does not apply to it")
         if self.keep_connections and self.loader != "browser":
             raise InputError(f"--keep-connections: only the browser loader keeps connections, not {self.loader!r}")
         if self.keep_connections and len(self.schemes) > 1:
@@ -254,7 +267,6 @@ class ReplayConfig:
                              f"{len(cpus.allowed_cpus())} ({sorted(cpus.allowed_cpus())})")
         if not 0 <= self.inject_delay_ms <= 10_000:
             raise InputError(f"--inject-delay-ms {self.inject_delay_ms}: must be 0..10000")
-        rmem.resolve(self.ue_rmem, "--ue-rmem")
         if self.max_late_reruns < 0:
             raise InputError(f"--max-late-reruns {self.max_late_reruns}: must be >= 0")
         if self.load_timeout_s <= 0:
@@ -282,6 +294,10 @@ class ReplayConfig:
                                 self.wired_reorder_pct)
         return impairment if impairment.active else None
 
+    def settings(self) -> dict[str, Any]:
+        """The shared settings (replay/settings.py) as this config has them."""
+        return {name: getattr(self, name) for name in settings.SETTINGS if hasattr(self, name)}
+
     def plan(self) -> list[tuple[int, str]]:
         """(round, scheme) of every load, schemes interleaved: A B C A B C …"""
         return [(r, s) for r in range(self.runs) for s in self.schemes]
@@ -296,19 +312,15 @@ class ReplayConfig:
 def _emulator_fields(config: ReplayConfig, core_rtt_ms: float | None) -> dict[str, Any]:
     """The emulator's config keys for ``config`` (beyond the topology's), with the core RTT
     the run uses (``config.core_rtt_ms``, or more when a wired delay moved into it)."""
-    cell: dict[str, Any] = {"scheduler": config.scheduler}
-    # Unset: left to the emulator's default (what runs before these keys existed ran).
-    if config.rrc is not None:
-        cell["rrc"] = config.rrc
-    if config.stall is not None:
-        cell["stall"] = config.stall
-    fields: dict[str, Any] = {"seed": config.seed, "cell": cell}
+    # Unset settings are left to the emulator's defaults (what runs before they existed ran).
+    fields, _ = settings.emulator_fields(config.settings())
+    fields["seed"] = config.seed
     if core_rtt_ms is None and config.inject_delay_ms > 0:
         core_rtt_ms = Delays().core_down_ms + Delays().core_up_ms
     if core_rtt_ms is not None:
         half = core_rtt_ms / 2
-        fields["delays"] = {"core_down_ms": half + config.inject_delay_ms, "core_up_ms": half,
-                            "ignore_trace_core_delay": True}
+        fields["delays"] = {**fields.get("delays", {}), "core_down_ms": half + config.inject_delay_ms,
+                            "core_up_ms": half, "ignore_trace_core_delay": True}
     return fields
 
 
@@ -522,9 +534,7 @@ class Replay:
         else:
             ue.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in UE_TCP_RMEM_BYTES))
         self.run_dir.write_manifest(ue_tcp={"rmem": ue_rmem.describe() if ue_rmem else None, **rmem.read_back(ue.ns)})
-        ue_settings: dict[str, Any] = {"trace": cfg.trace}
-        if cfg.bs_buffer_bytes is not None:
-            ue_settings["cell"] = {"queue_limit_bytes": cfg.bs_buffer_bytes}
+        ue_settings: dict[str, Any] = {"trace": cfg.trace, **settings.emulator_fields(cfg.settings())[1]}
         emu_fields = _emulator_fields(cfg, core_rtt_ms)
         if cpu_plan is not None:
             emu_fields["affinity"] = cpu_plan.emulator_affinity()
@@ -546,20 +556,21 @@ class Replay:
 
         site = self.run_dir.path / "site"
         self.page.materialize(site)
-        web = webserver.WebServer(res, server_ns, site, str(server_address), cfg.http_version)
+        web = webserver.WebServer(res, server_ns, site, str(server_address), cfg.http_version, gzip=cfg.gzip)
         url = web.url(self.page.root.path)
         self._server_pid = web.proc.pid
         self.access = web.access  # the loaders resolve the page's host names and trust its certificate with it
         if cfg.capture_server:  # before the first connection (its SYN carries the UE's MSS)
             capture = ServerCapture(res, server_ns, server_device, self.run_dir.path / "server.pcap")
             res.callback(lambda: self.run_dir.write_manifest(server_capture=capture.stop()))
-        sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s).open()
+        sampler = TcpSampler(server_ns.name, web.port, period_s=cfg.sample_period_s, more_ports=web.ports).open()
         res.callback(sampler.close)
         # One loader process answers the run's loads (each still has a browser or client of
         # its own, unless connections are kept): started now, its start-up is no load's.
         self._loader = loaders.LoaderWorker(res, ue.ns, cfg.loader, http1=cfg.http_version == "1.1",
                                             access=self.access, log_dir=self.run_dir.path,
-                                            loader_args=["--keep-connections"] if cfg.keep_connections else [])
+                                            loader_args=(["--keep-connections"] if cfg.keep_connections else [])
+                                            + ["--http1-connections", str(cfg.h1_connections_per_host)])
         res.callback(self._loader.close)
         self._loader.start()
         diag = DiagTail(emu.diag_path(0))
@@ -720,6 +731,7 @@ class Replay:
             lap("idle_before")
         loader_started = None
         counters_before: dict[str, int] | None = None
+        decoded_bytes = 0
         try:
             # claw/cqic register their CC as <variant>_<run id>: no other run holds that name.
             scheme.setup(ctx)
@@ -752,6 +764,7 @@ class Replay:
             record.background_bytes = {a.name: a.bytes_delivered() - background_before[a.name] for a in activities}
             record.ok, record.error, record.plt_ms = bool(result.ok), result.error, result.plt_ms
             record.bytes_total, record.protocol = result.bytes_total, result.protocol
+            decoded_bytes = result.bytes_decoded or 0
             record.n_objects, record.objects = len(result.objects), [_plain(o) for o in result.objects]
         except (ClawbedError, OSError) as e:
             if isinstance(e, EmulatorError):
@@ -770,9 +783,11 @@ class Replay:
                 record.ok = False
                 record.error = (record.error + "; " if record.error else "") + f"teardown: {e}"
             lap("teardown")
-        if record.ok and record.bytes_total is not None and record.bytes_total < self.page.required_bytes:
+        # Files' sizes are bodies as decoded: a gzip-serving server's arrive smaller.
+        got = max(record.bytes_total or 0, decoded_bytes)
+        if record.ok and record.bytes_total is not None and got < self.page.required_bytes:
             record.ok = False
-            record.error = f"incomplete: {record.bytes_total} of {self.page.required_bytes} bytes"
+            record.error = f"incomplete: {got} of {self.page.required_bytes} bytes"
         return record, client_log
 
     def _judge_timing(self, record: LoadRecord, timing: LoadTiming) -> None:

@@ -16,7 +16,8 @@ from clawbed.errors import InputError
 from clawbed.orchestrator import runner
 from clawbed.orchestrator.spec import Condition, SpecError, load_spec, parse_spec, scenario_settings
 from clawbed.paths import REPO_ROOT
-from clawbed.replay.cli import PolicyChoice, replay
+from clawbed.replay import settings
+from clawbed.replay.cli import replay
 from clawbed.replay.run import ReplayConfig, _emulator_fields
 
 TRACE = REPO_ROOT / "traces" / "samples" / "idle-cell.cbt"
@@ -137,7 +138,7 @@ def test_the_replay_sets_the_emulators_cell_rrc_and_stall(tmp_path: Path) -> Non
                                          ({"keep_connections": True, "schemes": ["claw", "cubic"]},
                                           "--keep-connections: give one scheme, not claw,cubic"),
                                          ({"server_sysctls": {"kernel.panic": "1"}},
-                                          "--server-sysctl kernel.panic=1: a net.ipv4.* or net.core.* key")])
+                                          "--server-sysctls: kernel.panic=1: a net.ipv4.* or net.core.* key")])
 def test_a_bad_replay_setting_names_its_flag(fields: dict[str, Any], flag: str) -> None:
     settings = {"trace": TRACE, "page": "set-01", "schemes": ["cubic"], "runs": 1, **fields}
     with pytest.raises(InputError) as err:
@@ -146,19 +147,18 @@ def test_a_bad_replay_setting_names_its_flag(fields: dict[str, Any], flag: str) 
 
 
 def test_cli_flags_take_names_and_parameters_from_the_registry() -> None:
-    rrc, stall = PolicyChoice("rrc"), PolicyChoice("stall")
-    assert rrc.choices == ("lte", "umts", "off") and stall.choices == ("off", "poisson")
-    assert rrc.convert("umts", None, None) == "umts"
-    assert rrc.convert("umts:dch_tail_ms=3000,fach_tail_ms=6000", None, None) == \
-        {"kind": "umts", "dch_tail_ms": 3000, "fach_tail_ms": 6000}
-    assert stall.convert("poisson:mean_interval_s=10,min_ms=200,max_ms=3000", None, None) == \
+    rrc, stall = settings.parse_policy("rrc"), settings.parse_policy("stall")
+    assert rrc("umts") == "umts"
+    assert rrc("umts:dch_tail_ms=3000,fach_tail_ms=6000") == {"kind": "umts", "dch_tail_ms": 3000, "fach_tail_ms": 6000}
+    assert stall("poisson:mean_interval_s=10,min_ms=200,max_ms=3000") == \
         {"kind": "poisson", "mean_interval_s": 10.0, "min_ms": 200, "max_ms": 3000}
     cli = CliRunner()
     for args, message in ((["--rrc", "5g"], "Invalid value for '--rrc': '5g': one of lte, umts, off"),
                           (["--rrc", "umts:tail_ms=5"], "Invalid value for '--rrc': 'tail_ms=5': give KEY=VALUE"),
                           (["--stall", "poisson:min_ms=0"], "Invalid value for '--stall': min_ms: must be an integer"),
                           (["--idle-before-s", "soon"], "Invalid value for '--idle-before-s'"),
-                          (["--server-sysctl", "net.ipv4.tcp_frto"], "Invalid value for --server-sysctl: 'net.ipv4.tcp_frto': KEY=VALUE")):
+                          (["--server-sysctl", "net.ipv4.tcp_frto"],
+                           "Invalid value for '--server-sysctls' / '--server-sysctl': 'net.ipv4.tcp_frto': KEY=VALUE")):
         result = cli.invoke(replay, args)
         assert result.exit_code == 2 and message in result.output, result.output
     assert "--rrc [lte|umts|off][:KEY=VALUE,...]" in cli.invoke(replay, ["--help"]).output
