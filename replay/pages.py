@@ -7,6 +7,9 @@ scripts and images when it runs) and a depth (the HTML is 0). :meth:`Page.materi
 writes real files of exactly the stated sizes, so a browser has to discover the
 dependencies level by level as on a real page.
 
+A user's own folder (``dir:PATH[@INDEX]``, :class:`DirectoryPage`) is served as it is: every
+visible file at its path under the folder, a load starting at INDEX (default ``index.html``).
+
 Synthetic pages (:func:`generate_page`) draw object types and sizes from distributions shaped
 like the HTTP Archive's mobile crawl (rounded values; see ``KIND_MIX`` and ``SIZE_LOGNORMAL``),
 then scale the sizes to the requested page total.
@@ -14,13 +17,16 @@ then scale the sizes to the requested page total.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import random
-from dataclasses import asdict, dataclass
-from pathlib import Path
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from clawbed.errors import InputError
 from clawbed.files import atomic_write
@@ -248,21 +254,192 @@ NAMED_PAGES: dict[str, PageSpec] = {
 }
 
 
-def get_page(name: str, seed: int = 1) -> Page | RecordedPage:
+# -- a user's own folder ------------------------------------------------------------------------
+
+#: The prefix of a page name that is a user's folder: ``dir:PATH`` or ``dir:PATH@INDEX``.
+DIR_PREFIX = "dir:"
+#: The file a load of a folder starts at unless ``@INDEX`` names another.
+DEFAULT_INDEX = "index.html"
+#: File a materialized directory page is described by (read by :mod:`clawbed.replay.webserver`):
+#: the sub-folder the folder's copy is served from, so the user's own files (a ``manifest.json``
+#: of theirs) never meet the run's.
+DIRECTORY_INDEX = "directory-site.json"
+DIRECTORY_FORMAT = "clawbed-directory-site/1"
+#: Sub-folder of the site directory holding the copy of the user's folder.
+DIRECTORY_DOCROOT = "files"
+
+#: File types by extension, for the manifest and the reports (anything else is ``other``).
+_DIR_KINDS = {"html": "html", "htm": "html", "css": "css", "js": "js", "mjs": "js",
+              "png": "image", "jpg": "image", "jpeg": "image", "gif": "image", "webp": "image",
+              "avif": "image", "svg": "image", "ico": "image",
+              "woff": "font", "woff2": "font", "ttf": "font", "otf": "font"}
+
+
+@dataclass
+class DirectoryFile:
+    """One file of a user's folder: its URL path (percent-encoded), type by extension, size
+    (bytes), the file it is copied from and the SHA-256 of its content (what was served)."""
+
+    path: str
+    kind: str
+    size_bytes: int
+    source: Path
+    sha256: str
+
+
+@dataclass
+class DirectoryPage:
+    """A user's folder as a page: ``objects[0]`` is the index (where a load starts), the rest in
+    path order. Offers what the replay uses of :class:`Page`."""
+
+    name: str
+    directory: Path
+    objects: list[DirectoryFile]
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> DirectoryFile:
+        return self.objects[0]
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of every file's size, bytes (a load fetches those its index references)."""
+        return sum(o.size_bytes for o in self.objects)
+
+    @property
+    def required_bytes(self) -> int:
+        """The least a complete load fetches: the index (a folder may hold files no page uses)."""
+        return self.root.size_bytes
+
+    def manifest(self) -> dict:
+        return {"name": self.name, "directory": str(self.directory), "root": self.root.path,
+                "total_bytes": self.total_bytes, "required_bytes": self.required_bytes,
+                "n_objects": len(self.objects), "notes": self.notes,
+                "objects": [{**asdict(o), "source": str(o.source)} for o in self.objects]}
+
+    def materialize(self, site_dir: Path) -> Path:
+        """Copy every file under ``site_dir/files`` at its path (what the run served stays with
+        the run, whatever happens to the folder later), write :data:`DIRECTORY_INDEX` and
+        ``manifest.json``; return the manifest's path. A file that changed since it was read is
+        an error naming it."""
+        site_dir = Path(site_dir)
+        docroot = site_dir / DIRECTORY_DOCROOT
+        for obj in self.objects:
+            relative = obj.source.relative_to(self.directory)
+            target = docroot / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(obj.source, target)
+            except OSError as e:
+                raise InputError(f"--page {self.name}: copying {obj.source}: {e.strerror or e}") from None
+            if _sha256(target) != obj.sha256:
+                raise InputError(f"--page {self.name}: {obj.source} changed while the run was starting")
+        with atomic_write(site_dir / DIRECTORY_INDEX, "w") as f:
+            json.dump({"format": DIRECTORY_FORMAT, "docroot": DIRECTORY_DOCROOT, "root": self.root.path}, f,
+                      indent=1)
+        manifest = site_dir / "manifest.json"
+        with atomic_write(manifest, "w") as f:
+            json.dump(self.manifest(), f, indent=1)
+        return manifest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def directory_page(spec: str) -> DirectoryPage:
+    """``PATH`` or ``PATH@INDEX`` (the part of a page name after ``dir:``) → the page: every
+    visible regular file under PATH (hidden files and folders, e.g. ``.git``, are left out);
+    INDEX, a path relative to PATH, is where a load starts (default :data:`DEFAULT_INDEX`) and
+    must be an HTML file. Errors name the path."""
+    index = DEFAULT_INDEX
+    at = spec.rfind("@")
+    if at >= 0 and not Path(spec).expanduser().exists():
+        spec, index = spec[:at], spec[at + 1:]
+    if not spec:
+        raise InputError(f"--page {DIR_PREFIX}: give the folder to serve ({DIR_PREFIX}PATH or {DIR_PREFIX}PATH@INDEX)")
+    directory = Path(spec).expanduser().resolve()
+    name = f"{DIR_PREFIX}{spec}" + (f"@{index}" if index != DEFAULT_INDEX else "")
+    if not directory.exists():
+        raise InputError(f"--page {name}: {directory}: no such folder")
+    if not directory.is_dir():
+        raise InputError(f"--page {name}: {directory} is not a folder")
+    index_rel = PurePosixPath(index.lstrip("/"))
+    if not index or ".." in index_rel.parts:
+        raise InputError(f"--page {name}: INDEX {index!r} must be a file inside {directory}")
+    files: list[Path] = []
+    for top, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [Path(top) / n for n in sorted(names) if not n.startswith(".") and (Path(top) / n).is_file()]
+    if not files:
+        raise InputError(f"--page {name}: {directory} holds no files to serve (hidden ones are left out)")
+    root_file = directory / index_rel
+    if root_file not in files:
+        raise InputError(f"--page {name}: {directory} has no index {index_rel} "
+                         f"(give {DIR_PREFIX}{spec}@INDEX to start at another file)")
+    objects: list[DirectoryFile] = []
+    for path in [root_file] + [f for f in files if f != root_file]:
+        relative = path.relative_to(directory).as_posix()
+        try:
+            size = path.stat().st_size
+            digest = _sha256(path)
+        except OSError as e:
+            raise InputError(f"--page {name}: reading {path}: {e.strerror or e}") from None
+        kind = _DIR_KINDS.get(relative.rsplit(".", 1)[-1].lower() if "." in relative else "", "other")
+        objects.append(DirectoryFile("/" + quote(relative), kind, size, path, digest))
+    if objects[0].kind != "html":
+        raise InputError(f"--page {name}: the index {index_rel} is not an HTML file (.html or .htm), "
+                         "so a browser would not load a page from it")
+    empty = [o.path for o in objects if o.size_bytes == 0]
+    notes = [f"empty file(s): {', '.join(empty[:5])}"] if empty else []
+    return DirectoryPage(name, directory, objects, notes=notes)
+
+
+def get_page(name: str, seed: int = 1) -> Page | RecordedPage | DirectoryPage:
     """The named page; ``seed`` varies the drawn objects (sizes and counts stay those of the name).
     ``mahimahi:DIR`` (or ``mahimahi:DIR@URL``): the site recorded by Mahimahi's ``mm-webrecord`` in
-    folder DIR (:mod:`clawbed.replay.mahimahi`; ``seed`` plays no part)."""
+    folder DIR (:mod:`clawbed.replay.mahimahi`; ``seed`` plays no part). ``dir:PATH`` (or
+    ``dir:PATH@INDEX``): a user's folder of files (:func:`directory_page`; ``seed`` plays no part)."""
     if name.startswith(mahimahi.PREFIX):
         return mahimahi.page_from_spec(name[len(mahimahi.PREFIX):])
+    if name.startswith(DIR_PREFIX):
+        return directory_page(name[len(DIR_PREFIX):])
     spec = NAMED_PAGES.get(name)
     if spec is None:
         raise InputError(f"unknown page {name!r}; named pages: {', '.join(NAMED_PAGES)}, "
-                         f"or {mahimahi.PREFIX}DIR (a Mahimahi recording)")
+                         f"{mahimahi.PREFIX}DIR (a Mahimahi recording) or {DIR_PREFIX}PATH[@INDEX] (a folder of "
+                         "your own files)")
     if name == "image-2mb":
         return Page(name, [WebObject("/index.html", "html", IMAGE_2MB_HTML_BYTES, None, 0),
                            WebObject("/image/001.jpg", "image", IMAGE_2MB_IMAGE_BYTES, "/index.html", 1)],
                     seed)
     return generate_page(spec.total_bytes, spec.n_objects, spec.max_depth, seed, name=name)
+
+
+def document_protocol(page: Page | RecordedPage | DirectoryPage, http_version: str) -> str:
+    """The protocol (ALPN-style: ``h2``, ``http/1.1``) a load of ``page`` fetches its document
+    over when nginx offers HTTP ``http_version`` over TLS: a recorded site whose document is
+    ``http://`` is plain HTTP/1.1 whatever is offered on TLS."""
+    if isinstance(page, RecordedPage):
+        doc = page.document(page.root)
+        if doc is not None and doc.scheme == "http":
+            return "http/1.1"
+    return "h2" if http_version == "2" else "http/1.1"
+
+
+def describe_protocol(page: Page | RecordedPage | DirectoryPage, http_version: str) -> str:
+    """What a run's header says of its protocol: the document's, and over what."""
+    protocol = document_protocol(page, http_version)
+    if isinstance(page, RecordedPage):
+        doc = page.document(page.root)
+        if doc is not None and doc.scheme == "http":
+            return f"HTTP/1.1 over plain HTTP (the recorded document is {doc.path}; --http applies to https:// only)"
+    return ("HTTP/2" if protocol == "h2" else "HTTP/1.1") + " over TLS"
 
 
 def _path(kind: Kind, number: int, rng: random.Random) -> str:

@@ -58,9 +58,11 @@ from clawbed.orchestrator.network.crosstraffic import (
 )
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
-from clawbed.replay import cpus, drwa, loaders, pages, rmem, settings, webserver
+from clawbed.replay import cpus, drwa, loaders, mahimahi, pages, rmem, settings, webserver
 from clawbed.replay.capture import ServerCapture
 from clawbed.replay.lateness import LoadTiming, cpu_pressure_us, cpu_ticks, judge, pressure_between, steal_between
+from clawbed.replay.loaders.browser import CHROMIUM_HTTP1_CONNECTIONS
+from clawbed.replay.loaders.h2 import MAX_HTTP1_CONNECTIONS
 from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
 from clawbed.replay.rundir import (
     RunDir,
@@ -245,13 +247,13 @@ class ReplayConfig:
             raise InputError(message) from None
         if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
             raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
-        if not 1 <= self.h1_connections_per_host <= loaders.MAX_HTTP1_CONNECTIONS:
+        if not 1 <= self.h1_connections_per_host <= MAX_HTTP1_CONNECTIONS:
             raise InputError(f"--h1-connections-per-host {self.h1_connections_per_host}: must be "
-                             f"1..{loaders.MAX_HTTP1_CONNECTIONS}")
-        if self.loader == "browser" and self.h1_connections_per_host != loaders.CHROMIUM_HTTP1_CONNECTIONS:
+                             f"1..{MAX_HTTP1_CONNECTIONS}")
+        if self.loader == "browser" and self.h1_connections_per_host != CHROMIUM_HTTP1_CONNECTIONS:
             # Refused rather than ignored: the run would claim a setting Chromium never took.
             raise InputError(f"--h1-connections-per-host {self.h1_connections_per_host}: the browser loader cannot "
-                             f"set it: Chromium opens up to {loaders.CHROMIUM_HTTP1_CONNECTIONS} HTTP/1.1 "
+                             f"set it: Chromium opens up to {CHROMIUM_HTTP1_CONNECTIONS} HTTP/1.1 "
                              f"connections per host and no switch of it changes that; use --loader h2")
         if self.gzip and self.page.startswith(mahimahi.PREFIX):
             raise InputError(f"--gzip: the page {self.page} is a recorded site, served with its recorded bodies and "

@@ -2,7 +2,7 @@
 
 Each sample is one ``inet_diag`` dump (``SOCK_DIAG_BY_FAMILY`` with ``tcp_info`` and the CC
 name) over a netlink socket made *inside the server namespace*, of the sockets whose local
-port is the web server's. For claw and cqic, the CC's per-flow statistics map
+port is one the web server listens on (443; a recorded site's plain-HTTP hosts add 80). For claw and cqic, the CC's per-flow statistics map
 (``claw_flows``, pinned in the scheme's bpffs) adds W_claw, the shadow Cubic's W_cubic and the
 mode the CC applied on the flow's last ACK.
 
@@ -59,7 +59,7 @@ class _NamespaceDiagSocket(DiagSocket):
 
 @dataclass
 class TcpSampler:
-    """Samples the TCP sockets on local port ``port`` in namespace ``netns``.
+    """Samples the TCP sockets on local port ``port`` (and ``more_ports``) in namespace ``netns``.
 
     ``cc_maps_dir``: the claw/cqic scheme's bpffs directory, to add the CC's per-flow state.
     Use :meth:`start` / :meth:`stop` around a load; :attr:`rows` then holds the samples
@@ -69,6 +69,8 @@ class TcpSampler:
     netns: str
     port: int
     period_s: float = DEFAULT_PERIOD_S
+    #: Further local ports to sample (a server listening on several, e.g. 80 and 443).
+    more_ports: tuple[int, ...] = ()
     cc_maps_dir: Path | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
     #: Dumps that failed (the namespace went away mid-load, ...): counted, not fatal.
@@ -77,6 +79,11 @@ class TcpSampler:
     _flows_map: Any = field(default=None, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every local port sampled."""
+        return (self.port, *(p for p in self.more_ports if p != self.port))
 
     def open(self) -> TcpSampler:
         """Open the netlink socket in the namespace (once per run)."""
@@ -108,12 +115,14 @@ class TcpSampler:
         now = time.time()
         # The kernel filters on the local port: a namespace shared with other UEs' senders
         # holds dozens of other flows, and decoding them all each period costs a core's tenth.
-        messages = self._diag.get_sock_stats(family=socket.AF_INET, states=SS_ALL & ~(1 << SS_LISTEN),
-                                             extensions=_EXT_INFO | _EXT_CONG, sport=self.port)
+        # One dump per port (the filter takes one).
+        messages = [msg for port in self.ports
+                    for msg in self._diag.get_sock_stats(family=socket.AF_INET, states=SS_ALL & ~(1 << SS_LISTEN),
+                                                         extensions=_EXT_INFO | _EXT_CONG, sport=port)]
         claw = self._claw_flows()
         seen = 0
         for msg in messages:
-            if msg["idiag_sport"] != self.port:
+            if msg["idiag_sport"] not in self.ports:
                 continue
             info = msg.get_attr("INET_DIAG_INFO")
             if info is None:

@@ -5,9 +5,14 @@ paths), so several servers can run at once and nothing touches the system nginx.
 certificate is signed by the run's own CA (``<run dir>/ca/``, made once per run) and names the
 server's address and every host name it serves; :attr:`WebServer.access` tells a loader how to
 reach and trust the server (:class:`~clawbed.replay.loaders.ServerAccess`). The server must
-never be the bottleneck of a replay: ``sendfile``, large output buffers, no compression (the
-bytes on the wire are the page's stated sizes), and ``Cache-Control: no-store`` with no
-validators so a browser refetches every object.
+never be the bottleneck of a replay: ``sendfile``, large output buffers, no compression unless
+asked (``gzip=True``: text types are compressed on the fly, :data:`GZIP_TYPES`; off, the bytes
+on the wire are the page's stated sizes), and ``Cache-Control: no-store`` with no validators so
+a browser refetches every object.
+
+A site directory holding ``directory-site.json`` (a user's own folder, ``--page dir:PATH``,
+materialized by :class:`clawbed.replay.pages.DirectoryPage`) is served from the folder that
+index names, so a file of the user's called ``manifest.json`` is theirs, not the run's.
 
 A site directory holding ``recorded-site.json`` (a recorded site, e.g. a Mahimahi recording
 materialized by :mod:`clawbed.replay.mahimahi`) is served as recorded: every recorded URL
@@ -30,6 +35,17 @@ from pathlib import Path
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, socket_in_namespace
 from clawbed.replay.loaders.access import ServerAccess
 from clawbed.replay.mahimahi import SITE_FORMAT, SITE_INDEX
+from clawbed.replay.pages import DIRECTORY_FORMAT, DIRECTORY_INDEX
+
+#: Content types nginx compresses with ``gzip=True`` (text/html always is): the text a page is
+#: made of. Images and fonts are compressed formats already.
+GZIP_TYPES = ("text/css", "application/javascript", "application/json", "image/svg+xml", "text/plain",
+              "text/xml", "application/xml")
+#: gzip's level (1 fast … 9 small): 6, the level zlib itself defaults to, a common server choice.
+GZIP_LEVEL = 6
+#: Responses shorter than this are sent as they are (the gzip header would outweigh the saving),
+#: bytes.
+GZIP_MIN_BYTES = 256
 
 #: How long nginx may take to accept connections after start, seconds.
 READY_TIMEOUT_S = 10.0
@@ -51,6 +67,21 @@ _MIME_TYPES = {
     "image/jpeg": "jpg jpeg",
     "font/woff": "woff",
     "application/json": "json",
+    # What a user's own folder (``dir:``) may hold besides the generated pages' types.
+    "image/gif": "gif",
+    "image/webp": "webp",
+    "image/avif": "avif",
+    "image/svg+xml": "svg svgz",
+    "image/x-icon": "ico",
+    "font/woff2": "woff2",
+    "font/ttf": "ttf",
+    "font/otf": "otf",
+    "text/plain": "txt",
+    "text/xml": "xml",
+    "application/wasm": "wasm",
+    "video/mp4": "mp4",
+    "video/webm": "webm",
+    "audio/mpeg": "mp3",
 }
 
 
@@ -96,18 +127,26 @@ class WebServer:
     owned by ``res``: it is stopped by PID when the run's resources close (or by
     :meth:`close`). Run files go to ``<run dir>/web-<address>-<port>``, the run dir being the
     folder of the ledger. A recorded site (``site_dir/recorded-site.json``) is served under
-    its host names, all on ``address``.
+    its host names, all on ``address``. ``gzip``: compress text responses on the fly
+    (:data:`GZIP_TYPES`); a recorded site is served with its recorded encodings instead, so
+    ``gzip`` is refused for one (it would not take effect).
     """
 
     def __init__(self, res: Resources, ns: Namespace, site_dir: Path, address: str,
-                 http_version: str = "2", port: int = 443) -> None:
+                 http_version: str = "2", port: int = 443, gzip: bool = False) -> None:
         if http_version not in ("2", "1.1"):
             raise ValueError(f"http_version must be '2' or '1.1' (got {http_version!r})")
         if not Path(site_dir).is_dir():
             raise ResourceError(f"web server: site directory {site_dir} does not exist")
         self.ns, self.address, self.port, self.http_version = ns, address, port, http_version
+        self.gzip = gzip
         self.site_dir = Path(site_dir).resolve()
         self.site = _read_site(self.site_dir)
+        if self.site and gzip:
+            raise ResourceError(f"web server: gzip on: the recorded site in {self.site_dir} is served with its "
+                                "recorded bodies and encodings; compressing on the fly does not apply to it")
+        #: The folder served for a page's plain files (a directory page's copy of the user's folder).
+        self.docroot = _read_docroot(self.site_dir)
         self.hosts: tuple[str, ...] = tuple(self.site["hosts"]) if self.site else ()
         self.dir = (res.ledger.path.parent / f"web-{address}-{port}").resolve()
         self.ca_dir = (res.ledger.path.parent / "ca").resolve()
@@ -200,12 +239,29 @@ http {{
     tcp_nopush on;
     tcp_nodelay on;
     output_buffers 4 1m;
-    gzip off;
+{self._gzip()}
     keepalive_timeout 120s;
     keepalive_requests 100000;
 {servers}
 }}
 """
+
+    def _gzip(self) -> str:
+        if not self.gzip:
+            return "    gzip off;"
+        return f"""    gzip on;
+    gzip_types {' '.join(GZIP_TYPES)};
+    gzip_comp_level {GZIP_LEVEL};
+    gzip_min_length {GZIP_MIN_BYTES};
+    gzip_vary on;"""
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """Every port nginx listens on, sorted (a recorded site's plain-HTTP hosts add 80):
+        where the server's TCP flows are."""
+        if not self.site:
+            return (self.port,)
+        return tuple(sorted({self.port, *(int(o["port"]) for o in self.site["objects"])}))
 
     def _tls(self) -> str:
         return f"""        ssl_certificate {self.cert};
@@ -225,7 +281,7 @@ http {{
     server {{
 {self._listen(self.port, True)}
 {self._tls()}
-        root {self.site_dir};
+        root {self.docroot};
         # Every load must fetch every byte: no caching, no validators for revalidation.
         etag off;
         if_modified_since off;
@@ -294,6 +350,25 @@ def _read_site(site_dir: Path) -> dict | None:
     if not isinstance(site, dict) or site.get("format") != SITE_FORMAT:
         raise ResourceError(f"web server: {path} is not a {SITE_FORMAT} index")
     return site
+
+
+def _read_docroot(site_dir: Path) -> Path:
+    """The folder to serve a page's plain files from: ``site_dir``, or the sub-folder a
+    directory page's index (:data:`DIRECTORY_INDEX`) names."""
+    path = site_dir / DIRECTORY_INDEX
+    if not path.exists():
+        return site_dir
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResourceError(f"web server: cannot read the directory page's index {path}: {e}") from e
+    if not isinstance(index, dict) or index.get("format") != DIRECTORY_FORMAT or not isinstance(
+            index.get("docroot"), str):
+        raise ResourceError(f"web server: {path} is not a {DIRECTORY_FORMAT} index with a docroot")
+    docroot = (site_dir / index["docroot"]).resolve()
+    if not docroot.is_dir() or site_dir not in docroot.parents:
+        raise ResourceError(f"web server: {path}: docroot {index['docroot']!r} is not a folder inside {site_dir}")
+    return docroot
 
 
 def _q(text: str) -> str:

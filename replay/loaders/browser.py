@@ -10,6 +10,16 @@ the browser's network-quality estimate) carries over between loads. With ``--ser
 disabled: objects are still fetched in full, but over the connections the earlier loads left
 open, as a user's browser does between page views (the SPDY paper's persistent connection). PLT comes from the
 Navigation Timing Level 2 entry (loadEventEnd − startTime), objects from Resource Timing.
+
+What a load counts: every object the page fetched from the navigation's start until the network
+was quiet after the load event — no request of the page in flight for :data:`QUIET_S` — at most
+:data:`QUIET_MAX_S` after it (a page still fetching then is noted; what had arrived counts). So
+objects a page fetches after onload (an onload handler's images, a deferred script's) count in
+every load alike, not only in those where they happened to arrive before the timings were read.
+
+HTTP/1.1 connections per host: Chromium's limit is 6 (``g_max_sockets_per_group`` of its
+socket pool manager), and no command-line switch or policy of a stock Chromium sets it, so this
+loader honours 6 only and refuses any other ``--http1-connections`` (the h2 loader takes any).
 """
 
 from __future__ import annotations
@@ -28,9 +38,18 @@ from clawbed.replay.loaders.result import LoadResult, ObjectTiming
 from clawbed.replay.loaders.worker import serve
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, Playwright
+    from playwright.sync_api import BrowserContext, Page, Playwright
 
 CHROMIUM = "/usr/bin/chromium"
+
+#: How long no request of the page must be in flight after the load event before the load's
+#: objects are read, s: longer than a page's usual post-onload timers (a few hundred ms at most).
+QUIET_S = 0.5
+#: The longest wait for that quiet after the load event, s (a page that polls is never quiet).
+QUIET_MAX_S = 10.0
+#: Chromium's HTTP/1.1 connections per host (its socket pool's per-group limit); nothing a
+#: stock Chromium takes changes it.
+CHROMIUM_HTTP1_CONNECTIONS = 6
 
 #: Chromium flags: no sandbox (root in a namespace), no GPU, and no traffic of the browser's
 #: own (the machine's network is closed and background requests would disturb the
@@ -66,15 +85,16 @@ def resolver_flags(resolve: dict[str, str], server_address: str | None = None) -
         rules.append(f"EXCLUDE {server_address}")  # an address URL: not a name to map
     return ["--host-resolver-rules=" + ", ".join(rules)]
 
-#: Collects the measurement once the load event has ended. Sizes: encodedBodySize is the
-#: body as received (the server does not compress); transferSize is 0 only for a cache hit.
+#: Collects the measurement once the network is quiet after the load event. Sizes:
+#: encodedBodySize is the body as received (compressed, when the server compresses),
+#: decodedBodySize the body after its content coding; transferSize is 0 only for a cache hit.
 _COLLECT_JS = """() => {
   const nav = performance.getEntriesByType('navigation')[0];
   const res = performance.getEntriesByType('resource');
   const brokenImages = Array.from(document.images)
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src);
   const one = e => ({url: e.name, start_ms: e.startTime, end_ms: e.responseEnd,
-                     bytes: e.encodedBodySize, transfer: e.transferSize,
+                     bytes: e.encodedBodySize, decoded: e.decodedBodySize, transfer: e.transferSize,
                      protocol: e.nextHopProtocol, status: e.responseStatus, initiator: e.initiatorType});
   const failedFonts = Array.from(document.fonts).filter(f => f.status === 'error').map(f => f.family);
   const icons = [new URL('/favicon.ico', document.baseURI).href,
@@ -132,11 +152,20 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
         page.on("console",
                 lambda m: notes.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
         page.on("requestfailed", lambda r: notes.append(f"request failed: {r.url}: {r.failure}"))
+        activity = _Activity()
+        page.on("request", activity.started)
+        page.on("requestfinished", activity.ended)
+        page.on("requestfailed", activity.ended)
+        began = time.monotonic()
         try:
             response = page.goto(url, wait_until="load", timeout=timeout_s * 1000)
             # loadEventEnd is set after the load handlers return, just after "load" fires.
             page.wait_for_function("performance.getEntriesByType('navigation')[0].loadEventEnd > 0",
                                    timeout=5000)
+            left_s = timeout_s - (time.monotonic() - began)
+            if not activity.wait_quiet(page, min(QUIET_MAX_S, max(left_s, 0.0))):
+                notes.append(f"network not quiet {QUIET_MAX_S:g} s after the load event: "
+                             f"{len(activity.in_flight)} request(s) still in flight (not counted)")
         except PlaywrightError as e:
             result.error = f"load of {url} failed: {str(e).splitlines()[0]}"
             response = None
@@ -147,8 +176,9 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
             result.error = result.error or f"reading timings failed: {str(e).splitlines()[0]}"
     if data is not None:
         result.objects = [ObjectTiming(o["url"], round(o["start_ms"], 3), round(o["end_ms"], 3),
-                                       int(o["bytes"]), o["protocol"]) for o in data["objects"]]
+                                       int(o["bytes"]), o["protocol"], int(o["decoded"])) for o in data["objects"]]
         result.bytes_total = sum(o.bytes for o in result.objects)
+        result.bytes_decoded = sum(o.decoded_bytes or 0 for o in result.objects)
         result.protocol = data["protocol"] or None
         notes += [f"image not decoded: {u}" for u in data["broken_images"]]
         notes += [f"font not decoded: {f}" for f in data["failed_fonts"]]
@@ -166,6 +196,36 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
                 result.ok = True
     result.error = None if result.ok else (result.error or "the load event did not end")
     return result
+
+
+class _Activity:
+    """The page's requests in flight and when the last one started or ended (Playwright's
+    request events, delivered while the driver waits)."""
+
+    def __init__(self) -> None:
+        self.in_flight: set[object] = set()
+        self.last_s = time.monotonic()
+
+    def started(self, request: object) -> None:
+        self.in_flight.add(request)
+        self.last_s = time.monotonic()
+
+    def ended(self, request: object) -> None:
+        self.in_flight.discard(request)
+        self.last_s = time.monotonic()
+
+    def wait_quiet(self, page: Page, limit_s: float) -> bool:
+        """Wait until no request has been in flight for :data:`QUIET_S`, at most ``limit_s``;
+        whether it got quiet."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            now = time.monotonic()
+            if not self.in_flight and now - self.last_s >= QUIET_S:
+                return True
+            if now >= deadline:
+                return False
+            # Playwright delivers the page's events while it waits.
+            page.wait_for_timeout(max(10.0, min(100.0, (deadline - now) * 1000)))
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -187,12 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-address",
                         help="the web server's address: the only address reached as it is; with it, names other "
                              "than --resolve's do not resolve (no look-up leaves the browser)")
+    parser.add_argument("--http1-connections", type=int, default=CHROMIUM_HTTP1_CONNECTIONS,
+                        help=f"HTTP/1.1 connections per host: Chromium's are fixed at {CHROMIUM_HTTP1_CONNECTIONS}, "
+                             "so only that is taken")
     parser.add_argument("--keep-connections", action="store_true",
                         help="with --serve: one browser for every load, each in a new tab, so connections "
                              "carry over from load to load")
     args = parser.parse_args(argv)
     if (args.url is None) == (not args.serve):
         parser.error("give a URL or --serve, not both")
+    if args.http1_connections != CHROMIUM_HTTP1_CONNECTIONS:
+        parser.error(f"--http1-connections {args.http1_connections}: the browser loader cannot set it: Chromium "
+                     f"opens up to {CHROMIUM_HTTP1_CONNECTIONS} HTTP/1.1 connections per host and no switch of it "
+                     "changes that (the h2 loader takes any number)")
     if args.keep_connections and not args.serve:
         parser.error("--keep-connections: only with --serve (a single load has nothing to keep)")
     signal.signal(signal.SIGTERM, _stop)

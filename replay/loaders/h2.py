@@ -7,7 +7,8 @@ object's references (in HTML the resources its tags load — stylesheets, preloa
 images, frames — and ``url()`` in its styles; CSS ``url()`` and ``@import``; path and URL
 literals of known file types in scripts) and a redirect's ``Location`` are requested as soon as
 that object has arrived, all concurrently over one HTTP/2 connection per origin (or up to six
-HTTP/1.1 connections, as browsers use per host; plain ``http://`` origins are HTTP/1.1).
+HTTP/1.1 connections, as browsers use per host, ``--http1-connections``; plain ``http://``
+origins are HTTP/1.1).
 References are followed on the page's origin, or, with ``--resolve``, on every host named
 there (a recorded site's); a content-encoded body is decoded to read its references (the
 bytes counted are those received). With ``--ca-cert`` the server's certificate is verified
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 
 #: Connections per host a browser opens for HTTP/1.1.
 HTTP1_CONNECTIONS = 6
+#: The most HTTP/1.1 connections per host this loader is asked for (a browser-like client;
+#: Chromium's WebSocket pool, its largest per-host limit, allows 255).
+MAX_HTTP1_CONNECTIONS = 64
 
 _CSS_REF = re.compile(r'url\(\s*["\']?([^"\')]+)["\']?\s*\)', re.I)
 _CSS_IMPORT = re.compile(r'@import\s+["\']([^"\']+)["\']', re.I)
@@ -193,14 +197,17 @@ async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: li
             keep = bytearray()
             async with client_for(target).stream("GET", target) as response:
                 content_type = response.headers.get("content-type", "")
+                encoding = response.headers.get("content-encoding", "")
                 parse = any(t in content_type.lower() for t in ("html", "css", "javascript", "ecmascript"))
                 async for chunk in response.aiter_raw():
                     size += len(chunk)
-                    if parse:
+                    if parse or encoding:  # an encoded body is decoded for its decoded size
                         keep += chunk
             end_ms = (time.perf_counter() - t0) * 1000
+            body = decoded(bytes(keep), encoding) if encoding else bytes(keep)
             objects.append(ObjectTiming(target, round(start_ms, 3), round(end_ms, 3), size,
-                                        protocol_name(response.http_version)))
+                                        protocol_name(response.http_version),
+                                        size if not encoding else (len(body) if body is not None else None)))
             if response.status_code >= 400:
                 failures.append(f"{target} ({response.status_code})")
                 return
@@ -209,7 +216,6 @@ async def _load(url: str, http1: bool, objects: list[ObjectTiming], failures: li
                 redirects.add(target)
                 refs = [response.headers["location"]]
             elif parse:
-                body = decoded(bytes(keep), response.headers.get("content-encoding", ""))
                 if body is None:
                     notes.append(f"references not read: {target} (content-encoding "
                                  f"{response.headers.get('content-encoding')})")
@@ -250,6 +256,8 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
         else:
             result.ok, result.plt_ms = True, plt_ms
     result.bytes_total = sum(o.bytes for o in objects)
+    if all(o.decoded_bytes is not None for o in objects):
+        result.bytes_decoded = sum(o.decoded_bytes or 0 for o in objects)
     # The document's protocol (a redirect that led to it may have come over another).
     result.protocol = next((o.protocol for o in objects if o.url not in redirects), None)
     return result
@@ -273,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.url is None) == (not args.serve):
         parser.error("give a URL or --serve, not both")
-    if args.http1_connections < 1:
-        parser.error(f"--http1-connections {args.http1_connections}: at least 1")
+    if not 1 <= args.http1_connections <= MAX_HTTP1_CONNECTIONS:
+        parser.error(f"--http1-connections {args.http1_connections}: must be 1..{MAX_HTTP1_CONNECTIONS}")
     resolve = parse_resolve(args.resolve)
     if args.serve:
         return serve(lambda url, timeout_s: load(url, timeout_s, args.http1, resolve, args.ca_cert,

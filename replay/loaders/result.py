@@ -13,17 +13,20 @@ class ObjectTiming:
     url: str
     start_ms: float  # request start (for the browser: Resource Timing startTime)
     end_ms: float  # last body byte received (responseEnd)
-    bytes: int  # body bytes as received (no compression is served, so the file's size)
+    bytes: int  # body bytes as received (compressed when the server compresses; else the file's size)
     protocol: str  # "h2" or "http/1.1" (ALPN, as nextHopProtocol names it)
+    decoded_bytes: int | None = None  # body bytes after the content coding (None: not known)
 
 
 @dataclass
 class LoadResult:
     """One page load. ``plt_ms``: page load time, ms (browser: loadEventEnd − navigation
     startTime; h2 loader: first request start to the last object's end). ``bytes_total``:
-    sum of the objects' body bytes. ``notes``: anything that went wrong without failing the
-    load outright (console errors, images that did not decode). ``ok`` is False when the page
-    did not load completely; ``error`` then says why."""
+    sum of the objects' body bytes as received; ``bytes_decoded``: the same after content
+    codings (a gzip-serving server's objects are larger decoded; None: not known). ``notes``:
+    anything that went wrong without failing the load outright (console errors, images that
+    did not decode). ``ok`` is False when the page did not load completely; ``error`` then
+    says why."""
 
     ok: bool
     plt_ms: float | None = None
@@ -34,6 +37,7 @@ class LoadResult:
     loader: str = ""
     url: str = ""
     notes: list[str] = field(default_factory=list)
+    bytes_decoded: int | None = None
 
     def to_json(self) -> str:
         """One line of JSON."""
