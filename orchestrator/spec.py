@@ -152,6 +152,10 @@ class Condition(_Strict):
     ue_rmem: str | int | None = None
     #: DRWA at the UE (replay/drwa.py).
     drwa: StrictBool = False
+    #: nginx gzip on the fly (replay's ``gzip``); HTTP/1.1 connections per host of the loader
+    #: (the browser loader: 6 only).
+    gzip: StrictBool = False
+    h1_connections_per_host: int = 6
     #: The cell's RRC/DRX model (``cell.rrc``): a policy name of emulator/policies.json (``lte``,
     #: ``umts``, ``off``) or a table ``{kind: NAME, <its parameters>}``; None: the emulator's default.
     rrc: str | dict[str, Any] | None = None

@@ -173,6 +173,24 @@ def _float_range(lo: float, hi: float) -> Callable[[Any], float]:
     return check_float
 
 
+def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
+    def check_int(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{value!r}: an integer is expected")
+        if not lo <= value <= hi:
+            raise ValueError(f"{value}: must be {lo}..{hi}")
+        return value
+
+    return check_int
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: an integer is expected") from None
+
+
 def _size(value: Any) -> str | int:
     """A size such as ``3MiB`` or a byte count, 1 byte .. 1 GiB; kept as given (ids hash it)."""
     try:
@@ -262,6 +280,13 @@ register(Setting("ue_rmem", "cap the UE's TCP receive buffer as a phone of BB12'
                  check=_ue_rmem, metavar="PHONE[:NETWORK]|BYTES|MIN,DEFAULT,MAX", part="ue"))
 register(Setting("drwa", "DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)",
                  check=_switch, default=False, kind="switch", part="ue"))
+register(Setting("gzip", "nginx compresses text responses (HTML, CSS, JS, JSON, SVG) with gzip on the fly "
+                         "(default off: the bytes on the wire are the files'; not for a recorded site)",
+                 check=_switch, default=False, kind="switch", part="server", emu=False))
+# 64: MAX_HTTP1_CONNECTIONS of replay/loaders/h2.py (not imported: the loaders pull in more).
+register(Setting("h1_connections_per_host", "HTTP/1.1 connections per host the loader opens, 1..64 (default 6; "
+                                            "the browser loader takes 6 only: Chromium's limit is fixed)",
+                 check=_int_range(1, 64), parse=_integer, default=6, metavar="N", part="page", emu=False))
 
 
 # --- the doors ------------------------------------------------------------------------------
