@@ -20,7 +20,7 @@ from clawbed.signals import restore_default_signals
 #: quick `clawbed trace info` does not pay for the browser, Grafana or InfluxDB libraries.
 AREAS = {
     "trace": "clawbed.traces.cli:trace",
-    "emu": "clawbed.emulator.cli:emu",
+    "emu": "clawbed.replay.shell:emu",
     "replay": "clawbed.replay.cli:replay",
     "suite": "clawbed.orchestrator.cli:suite",
     "results": "clawbed.orchestrator.cli:results",
@@ -67,6 +67,42 @@ def cleanup(target: Path) -> None:
     for item in removed:
         click.echo(f"removed {item}")
     click.echo(f"{ledger}: {len(removed)} leftover(s) removed")
+
+
+@cli.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("run")
+@click.argument("role")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(run: str, role: str, argv: tuple[str, ...]) -> None:
+    """Run a command inside a live run's UE, server or core namespace.
+
+    RUN is the run directory (a path, or its name under the runs folder); ROLE is ue (UE 0;
+    ue<i> for UE i), server or core. The namespace comes from the run's record (manifest and
+    ledger), never from a name pattern; a run that has ended, or a namespace that is gone, is
+    refused. Example: clawbed exec 2026-11-28T23-40-00 ue -- ping -c 3 10.64.0.1
+    """
+    from clawbed.live import exec_in
+
+    exec_in(run, role, list(argv))
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text (80 columns) or JSON")
+@click.option("--sample-s", type=click.FloatRange(min=0.0, max=60.0), default=1.0, show_default=True,
+              help="how long to watch steal time and other processes' CPU use (0: not at all)")
+def doctor(fmt: str, sample_s: float) -> None:
+    """Can this machine hold the emulator's 1 ms clock in real time? CPUs, the kernel's
+    preemption model, SCHED_FIFO, frequency scaling, steal time and other busy processes,
+    each with what to change, and a verdict: ok, warn or bad (exit status 1 when bad)."""
+    import json
+
+    from clawbed.doctor import collect, judge, render
+
+    report = judge(collect(sample_s))
+    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render(report))
+    if report.verdict == "bad":
+        sys.exit(1)
 
 
 def _save_traceback(exc: BaseException) -> Path | None:

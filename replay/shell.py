@@ -1,17 +1,29 @@
-"""``clawbed emu …``: run a command behind an emulated LTE cell (like Mahimahi's shells)."""
+"""``clawbed emu …``: run a command behind an emulated LTE cell (like Mahimahi's shells), with
+the same settings a replay takes (replay/settings.py): the scheme on the server side (its
+congestion control set explicitly, never the host's default), the UE's stack, the cell's
+policies. It lives in the replay layer because a scheme, DRWA and the UE's TCP settings do."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from clawbed.emulator.policies import DEFAULT_SCHEDULER, SCHEDULERS
+from clawbed.claw.schemes.base import SchemeContext, UeEndpoint, get_scheme, scheme_names
+from clawbed.emulator.process import Emulator
+from clawbed.emulator.topology import CellTopology
+from clawbed.errors import InputError
+from clawbed.netns import Resources
+from clawbed.replay import drwa, rmem, settings
+from clawbed.traces.io import read_trace
 
+#: The scheme ``emu run`` sets up when none is named: the kernel's Cubic, set explicitly.
+DEFAULT_SCHEME = "cubic"
 ExistingFile = click.Path(path_type=Path, dir_okay=False, exists=True)
 #: How often the wait for the command looks at the emulator, s.
 _POLL_S = 0.2
@@ -45,24 +57,20 @@ def emu() -> None:
 @click.option("--uplink-mahimahi-trace", "uplink_mahimahi_traces", multiple=True, type=ExistingFile,
               help="Mahimahi uplink trace (any mode): once for every UE, or once per UE.")
 @click.option("--rate", callback=_rate, help="Downlink rate of every UE, mode rate, e.g. 12mbit.")
-@click.option("--uplink-rate", callback=_rate, help="Uplink rate of every UE, e.g. 5mbit. Default: the trace's, else unlimited.")
-@click.option("--scheduler", type=click.Choice(SCHEDULERS),
-              help=f"The cell's scheduler (mode cell). Default {DEFAULT_SCHEDULER}.")
+@click.option("--schemes", "scheme", default=DEFAULT_SCHEME, show_default=True, metavar="SCHEME",
+              help=f"The transport scheme of the server side (one of {', '.join(scheme_names())}): its "
+                   f"congestion control becomes the core namespace's default, and its UE part (CLAW's "
+                   f"client) runs on every UE.")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True),
               help="Stop everything after this many seconds. Default: when the command exits.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=1, show_default=True, help="Seed of the cell model.")
-@click.option("--core-delay-ms", type=click.FloatRange(0, 10_000), help="Core network one-way delay, each direction, ms. Default 25.")
-@click.option("--air-delay-ms", type=click.FloatRange(0, 10_000), help="Air interface delay, ms. Default 1.")
-@click.option("--queue-bytes", type=click.IntRange(1, 1 << 30), help="Base-station queue of each UE, bytes. Default 3 MiB.")
-@click.option("--rsrq-noise-db", type=click.FloatRange(0, 20), help="RSRQ measurement noise σ, dB. Default 0.5.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Output directory. Default: <runs>/emu-<run id>.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@settings.options("emu")
 def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces: tuple[Path, ...],
-        uplink_mahimahi_traces: tuple[Path, ...], rate: str | None,
-        uplink_rate: str | None, scheduler: str | None, seconds: float | None, seed: int, core_delay_ms: float | None,
-        air_delay_ms: float | None, queue_bytes: int | None, rsrq_noise_db: float | None, out_dir: Path | None,
-        command: tuple[str, ...]) -> int:
+        uplink_mahimahi_traces: tuple[Path, ...], rate: str | None, scheme: str, seconds: float | None, seed: int,
+        out_dir: Path | None, command: tuple[str, ...], **kwargs: Any) -> int:
     """Run COMMAND inside UE 0's namespace behind an emulated cell; stop everything when it exits.
 
     COMMAND (after `--`; default: your $SHELL) reaches the server side at $CLAWBED_SERVER
@@ -79,23 +87,24 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
     from clawbed.netns import new_run_id
     from clawbed.paths import runs_dir
 
+    shared = settings.take(kwargs, "emu")
+    try:
+        get_scheme(scheme)
+    except InputError as e:
+        raise click.BadParameter(str(e), param_hint="--schemes") from None
     mode = mode or ("rate" if rate else "mahimahi" if mahimahi_traces else "cell")
-    per_ue = _per_ue_settings(mode, n_ues, traces, mahimahi_traces, uplink_mahimahi_traces, rate, uplink_rate,
-                              queue_bytes)
+    fields, ue_fields = settings.emulator_fields(shared)
+    if shared.get("uplink_rate") and uplink_mahimahi_traces:
+        raise click.UsageError("give --uplink-rate or --uplink-mahimahi-trace, not both")
+    per_ue = [{**ue_fields, **s} for s in _per_ue_settings(mode, n_ues, traces, mahimahi_traces,
+                                                           uplink_mahimahi_traces, rate)]
     run_id = new_run_id()
     out_dir = (out_dir or runs_dir() / f"emu-{run_id}").resolve()
-    fields: dict[str, Any] = {"mode": mode, "seed": seed}
-    delays = {k: v for k, v in {"core_down_ms": core_delay_ms, "core_up_ms": core_delay_ms,
-                                "air_ms": air_delay_ms}.items() if v is not None}
-    if delays:
-        fields["delays"] = delays
-    cell: dict[str, Any] = {}
-    if scheduler:
-        cell["scheduler"] = scheduler
-    if rsrq_noise_db is not None:
-        cell["rsrq"] = {"noise_db": rsrq_noise_db}
-    if cell:
-        fields["cell"] = cell
+    fields["mode"], fields["seed"] = mode, seed
+    if shared.get("core_rtt_ms") is not None:
+        half = shared["core_rtt_ms"] / 2
+        fields["delays"] = {**fields.get("delays", {}), "core_down_ms": half, "core_up_ms": half,
+                            "ignore_trace_core_delay": True}
     argv = list(command) or [os.environ.get("SHELL", "/bin/sh")]
 
     status: int | None = None
@@ -103,12 +112,18 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
     with EmulatedCell(n_ues, out_dir, ue=per_ue, run_id=run_id, **fields) as emulated:
         topo, emulator = emulated.topo, emulated.emulator
         ue = topo.ues[0]
+        hosts = hosts_from_settings(emulated.res, topo, emulator, out_dir, scheme, shared,
+                                    trace=traces[0] if mode == "cell" and traces else None)
         env = dict(os.environ, CLAWBED_SERVER=str(topo.server_address), CLAWBED_CORE_NETNS=topo.core.name,
                    CLAWBED_UE_ADDRESS=str(ue.address), CLAWBED_UE_NETNS=ue.name,
-                   CLAWBED_DIAG_PORT=str(emulator.diag_port(0)), CLAWBED_EMU_OUT=str(out_dir))
-        click.echo(f"clawbed emu: {n_ues} UE(s) up, mode {mode}; UE 0 {ue.address} in {ue.name}, "
+                   CLAWBED_DIAG_PORT=str(emulator.diag_port(0)), CLAWBED_EMU_OUT=str(out_dir),
+                   CLAWBED_SCHEME=scheme, CLAWBED_SERVER_CC=hosts.server_cc, CLAWBED_RUN_ID=run_id)
+        click.echo(f"clawbed emu: run {run_id}: {n_ues} UE(s) up, mode {mode}; UE 0 {ue.address} in {ue.name}, "
                    f"server side {topo.server_address} in {topo.core.name}, "
                    f"diag feed 127.0.0.1:{emulator.diag_port(0)} in {ue.name}", err=True)
+        click.echo(f"clawbed emu: scheme {scheme}: congestion control {hosts.server_cc} set as {topo.core.name}'s "
+                   f"default; UE tcp_rmem {hosts.ue_rmem}"
+                   + (f"; settings {settings.describe(shared)}" if settings.describe(shared) else ""), err=True)
         proc = ue.popen(argv, name="command", interactive=True, env=env)
         deadline = time.monotonic() + seconds if seconds else None
         try:
@@ -135,8 +150,7 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
 
 
 def _per_ue_settings(mode: str, n_ues: int, traces: tuple[Path, ...], mahimahi_traces: tuple[Path, ...],
-                     uplink_mahimahi_traces: tuple[Path, ...], rate: str | None, uplink_rate: str | None,
-                     queue_bytes: int | None) -> list[dict[str, Any]]:
+                     uplink_mahimahi_traces: tuple[Path, ...], rate: str | None) -> list[dict[str, Any]]:
     """Each UE's settings from the flags; a flag given once applies to every UE."""
 
     def spread(flag: str, values: tuple[Path, ...]) -> list[Path]:
@@ -154,26 +168,58 @@ def _per_ue_settings(mode: str, n_ues: int, traces: tuple[Path, ...], mahimahi_t
         raise click.UsageError(f"--rate is for mode rate, not mode {mode}")
     if mode == "rate" and not rate:
         raise click.UsageError("mode rate needs --rate")
-    if uplink_rate and uplink_mahimahi_traces:
-        raise click.UsageError("give --uplink-rate or --uplink-mahimahi-trace, not both")
-    settings: list[dict[str, Any]] = [{} for _ in range(n_ues)]
+    per_ue: list[dict[str, Any]] = [{} for _ in range(n_ues)]
     if mode == "cell":
-        for s, path in zip(settings, spread("--trace", traces)):
+        for s, path in zip(per_ue, spread("--trace", traces)):
             s["trace"] = path
     elif mode == "mahimahi":
-        for s, path in zip(settings, spread("--mahimahi-trace", mahimahi_traces)):
+        for s, path in zip(per_ue, spread("--mahimahi-trace", mahimahi_traces)):
             s["mahimahi_trace"] = path
     if uplink_mahimahi_traces:
-        for s, path in zip(settings, spread("--uplink-mahimahi-trace", uplink_mahimahi_traces)):
+        for s, path in zip(per_ue, spread("--uplink-mahimahi-trace", uplink_mahimahi_traces)):
             s["uplink_mahimahi_trace"] = path
-    for s in settings:
+    for s in per_ue:
         if rate:
             s["rate"] = rate
-        if uplink_rate:
-            s["uplink_rate"] = uplink_rate
-        if queue_bytes:
-            s["cell"] = {"queue_limit_bytes": queue_bytes}
-    return settings
+    return per_ue
+
+
+@dataclass
+class HostSettings:
+    """What ``emu run`` set on the hosts, for its banner."""
+
+    server_cc: str
+    ue_rmem: str
+
+
+def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, out_dir: Path, scheme_name: str,
+                        shared: dict[str, Any], trace: Path | None) -> HostSettings:
+    """Set up the scheme on the core namespace (its congestion control the namespace's default,
+    the server sysctls) and on every UE (its client), the UEs' receive buffers and DRWA, as a
+    replay does; everything made goes on ``res`` and is removed with the run."""
+    client_args: list[str] = []
+    if trace is not None:  # CLAW's client sizes the cell from the trace's bandwidth and antennas
+        header = read_trace(trace)
+        client_args = ["--n-rb", str(header.n_rb), "--n-antennas", str(header.n_antennas)]
+    endpoints = [UeEndpoint(u.ns, str(u.address), u.index, u.tun, emulator.diag_port(u.index)) for u in topo.ues]
+    ctx = SchemeContext(resources=res, run_dir=out_dir, server_ns=topo.core.ns, server_address=str(topo.server_address),
+                        server_device=topo.core.tun, ues=endpoints, client_args=client_args,
+                        sysctls=dict(shared.get("server_sysctls") or {}))
+    scheme = get_scheme(scheme_name)()
+    scheme.setup(ctx)
+    scheme.start_clients(ctx)
+    cap = rmem.resolve(shared.get("ue_rmem"))
+    for u in topo.ues:
+        if cap is not None:
+            cap.apply(u.ns)
+        else:
+            u.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in rmem.UNCAPPED))
+        if shared.get("drwa"):
+            controller = drwa.Drwa(netns=u.ns.name, dev=u.tun, run_id=f"{res.run_id}{u.index}", run_dir=out_dir,
+                                   ledger=res.ledger, log_path=out_dir / f"drwa-ue{u.index}.csv")
+            res.callback(controller.close)
+    return HostSettings(server_cc=scheme.server_cc,
+                        ue_rmem=" ".join(str(v) for v in (cap.tcp_rmem if cap is not None else rmem.UNCAPPED)))
 
 
 def _report(out_dir: Path, n_ues: int, counters: dict[str, Any], interrupted: bool) -> None:
