@@ -86,11 +86,13 @@ def realistic_trace(duration_ms: int = ONE_HOUR_MS, seed: int = 1, bandwidth_mhz
     core_delay_ms = _runs(rng, n, 10_000.0, np.arange(10.0, 40.0, 0.5))
     # Radio-link outages: runs of ~0.3 s, about one subframe in twenty outside coverage.
     outage = _runs(rng, n, 300.0, np.array([0] * 19 + [1])).astype(np.uint8)
+    # An imported log's MCS marks: measured in short bursts, inferred or held between.
+    mcs_source = _runs(rng, n, 200.0, np.array([0, 1, 1, 1, 2])).astype(np.uint8)
 
     return make_trace(md, mcs=mcs, other_rbs=other_rbs, other_users=other_users, **error_column,
                       layers=layers, rsrp_dbm=rsrp, own_rbs=own_rbs, own_tbs_bits=own_tbs_bits,
                       rsrq_db=rsrq, ul_capacity_bits=ul_capacity_bits, core_delay_ms=core_delay_ms,
-                      outage=outage)
+                      outage=outage, mcs_source=mcs_source)
 
 
 def rust_summary(path: Path) -> dict[str, Any]:

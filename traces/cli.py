@@ -47,13 +47,20 @@ def validate(files: tuple[Path, ...], quiet: bool) -> None:
 def info(file: Path, as_json: bool) -> None:
     """Duration, capacity, other users' load and MCS statistics of FILE."""
     from clawbed.traces.io import read_trace
+    from clawbed.traces.segments import channel_summary, render_lines
     from clawbed.traces.stats import render_summary, summarize
 
-    summary = summarize(read_trace(file))
+    trace_ = read_trace(file)
+    summary = summarize(trace_)
+    # An imported phone log: where its MCS is the log's, inferred or held, per second, and
+    # the segments worth replaying.
+    channel = channel_summary(trace_)
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        click.echo(json.dumps({**summary, "channel": channel}, indent=2))
     else:
         render_summary(file, summary)
+        for line in render_lines(channel) if channel else ():
+            click.echo(line)
 
 
 @trace.command()
@@ -103,12 +110,15 @@ def synth(preset: str | None, seconds: float, seed: int, bandwidth_mhz: float | 
 @click.option("--infer-b173-v48", "infer_v48", is_flag=True,
               help="mobileinsight: read 0xB173 version 48 (no published layout) with v36's, as "
                    "docs/diag-log-format.md §2.5 infers it; the provenance says so.")
+@click.option("--segment", help="Keep only START:END, seconds of the import (either may be empty), or "
+                                 "'best': the span where the log says most about the cell (trace info lists them).")
 @click.option("-o", "--output", type=PathArg, required=True, help="Output trace (.cbt or .csv).")
 def import_(source: Path, kind: str, bandwidth_mhz: float | None, antennas: int, cell: int,
-            dci_file: Path | None, rnti: int | None, infer_v48: bool, output: Path) -> None:
+            dci_file: Path | None, rnti: int | None, infer_v48: bool, segment: str | None, output: Path) -> None:
     """Import a Mahimahi trace, a decoder's per-subframe CSV, a phone diag log or a DCI log."""
     from clawbed.traces import importers
     from clawbed.traces.io import write_trace
+    from clawbed.traces.segments import cut, parse_segment
 
     if kind not in ("mobileinsight",) and (dci_file is not None or cell != 0 or infer_v48):
         raise InputError("--dci, --cell and --infer-b173-v48 apply to --from mobileinsight only")
@@ -125,9 +135,15 @@ def import_(source: Path, kind: str, bandwidth_mhz: float | None, antennas: int,
         else:
             reader = importers.import_mahimahi if kind == "mahimahi" else importers.import_decoder_csv
             trace_ = reader(source, bandwidth_mhz=bw, n_antennas=antennas)
+    cut_note = ""
+    if segment is not None:
+        of_ms = trace_.duration_ms
+        trace_ = cut(trace_, *parse_segment(segment, trace_))
+        seg = trace_.metadata["provenance"]["segment"]
+        cut_note = f", {seg['from_ms']}–{seg['to_ms']} ms of the import's {of_ms}"
     write_trace(trace_, output)
     mapping = trace_.metadata["provenance"].get("mapping", "")
-    click.echo(f"wrote {output} ({trace_.duration_ms} subframes). {mapping}")
+    click.echo(f"wrote {output} ({trace_.duration_ms} subframes{cut_note}). {mapping}")
 
 
 @trace.command()

@@ -69,6 +69,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("ul_capacity_bits", "u32", False, 0, 2**24, "uplink capacity, bits per subframe"),
     Column("core_delay_ms", "f32", False, 0.0, 10000.0, "one-way core delay from this subframe on, ms"),
     Column("outage", "u8", False, 0, 1, "the UE's link is out (a stall: data held, then released)"),
+    Column("mcs_source", "u8", False, 0, 2, "where mcs comes from: 0 the log's MCS, 1 inferred from "
+           "measurements, 2 held (no measurement near)"),
 )
 COLUMN_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 REQUIRED_COLUMNS = tuple(c.name for c in COLUMNS if c.required)

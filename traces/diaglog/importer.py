@@ -14,10 +14,15 @@ for the other users' RBs. The rules (also written into each trace's provenance):
   24-bit CRC).
 - ``mcs``: where the UE received a block with MCS 0..28: that MCS for one block; for two,
   the MCS whose two-layer TBS on the subframe's RBs is nearest the two blocks' total.
-  Elsewhere (not scheduled, or a retransmission with MCS 29..31) held from the last such
-  subframe, and before the first from the first: the channel is taken to stay as it was.
-- ``layers`` (two antennas only): 2 where the UE received two C-RNTI blocks, else 1; held
-  likewise where it was not scheduled.
+  That is the subframe's *measured* MCS when the block has at least 1,000 bits (smaller
+  blocks are payload-sized, sent at a fixed robust MCS). Elsewhere (not scheduled, a
+  retransmission with MCS 29..31, a payload-sized block) *inferred* from the UE's nearest
+  0xB193 measurement by the log's own fit of its MCS on that measurement
+  (:mod:`.channelfit`; CHANNEL_MODEL.md §6), or, with no measurement within 1.28 s, the last
+  measured or inferred value *held*. ``mcs_source`` says which, per row (0, 1, 2), and the
+  provenance's ``channel`` gives the fit, its error and the held spans.
+- ``layers`` (two antennas only): 2 where the UE received two C-RNTI blocks, else 1;
+  inferred and held likewise where it was not scheduled.
 - ``harq_fail``: 1 where a C-RNTI block that is a first transmission ("Did Recombining" No)
   failed its CRC.
 - ``rsrp_dbm``/``rsrq_db``: the cell's 0xB193 measurements, each held until the next (and
@@ -41,6 +46,7 @@ load, not the UE), placed SFN-exact as above:
   phone's link adaptation: on the shared Pixel XL log the logged MCS − SNR has median 3.4 dB,
   10–90 % −1.7…9.5 dB). Where a block does not fit N_rb at that MCS, the lowest MCS at which
   it does. Without any SNR, the lowest MCS at which each block fits N_rb, held.
+  ``mcs_source``: 1 (inferred) within 1.28 s of an SNR measurement, else 2 (held).
 - ``own_rbs``: *estimated*: the fewest RBs carrying the block at that MCS (36.213 TBS).
 - ``layers``: 1, or 2 where a block fits N_rb only on two layers.
 - ``harq_fail``: unknown, 0: 0xB063 logs the blocks MAC received, not the CRC failures.
@@ -67,6 +73,8 @@ import numpy as np
 
 from clawbed.errors import InputError
 from clawbed.lte import MAX_MCS, N_RB_BY_BANDWIDTH_MHZ, db_to_linear, load_from_rsrq, tbs_grid
+from clawbed.traces.diaglog import channelfit
+from clawbed.traces.diaglog.channelfit import MIN_FIT_TBS_BITS
 from clawbed.traces.diaglog.dci import carry_forward, read_dci_log
 from clawbed.traces.diaglog.log import GPS_EPOCH_UNIX_S, TICKS_PER_S, DiagLog, decode_bytes
 from clawbed.traces.diaglog.messages import LTE_MAC_DL_TB, LTE_PHY_PDSCH_STAT, LTE_PHY_SERV_CELL_MEAS, cell_index_of
@@ -222,9 +230,11 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
         f"{reanchors} re-anchorings). own_rbs = the record's Num RBs when it carries a C-RNTI "
         f"block, own_tbs_bits = Σ(TB Size − 3 CRC bytes) × 8 over them; mcs = the block's MCS "
         f"(two blocks: the MCS whose two-layer TBS on those RBs is nearest their total) where a "
-        f"block has MCS 0..{MAX_MCS}, held from the last such subframe elsewhere (the first "
-        f"before it: not-scheduled subframes keep the last channel seen)"
-        + ("; layers = 2 where two C-RNTI blocks, held likewise" if n_antennas == 2 else "")
+        f"block has MCS 0..{MAX_MCS} and at least {MIN_FIT_TBS_BITS} bits (measured, mcs_source 0); "
+        f"elsewhere (not scheduled, a retransmission, a payload-sized block) inferred from the UE's "
+        f"nearest serving-cell measurement by the log's own fit (mcs_source 1; provenance.channel), "
+        f"or, with no measurement near, the last measured or inferred value held (mcs_source 2)"
+        + ("; layers = 2 where two C-RNTI blocks, inferred and held likewise" if n_antennas == 2 else "")
         + "; harq_fail = a first-transmission (not recombined) C-RNTI block failed its CRC; "
         "rsrp_dbm/rsrq_db = 0xB193 values held between measurements; other_rbs: ")
     if n_antennas == 2:
@@ -238,10 +248,12 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
     if 48 in cols.versions:
         path_info["inferred_layouts"] = {"0xB173 v48": "v36's (docs/diag-log-format.md §2.5, inferred "
                                          "from one log; not a published layout)"}
+    fit_rows = np.flatnonzero(valid & (tbs >= MIN_FIT_TBS_BITS))
     return _finish(path, data, log, columns, record_rows, anchors, t0=t0, start_sfn=start_sfn,
                    duration=duration, n_rb=n_rb, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas,
                    cell=cell, dci_path=dci_path, dci_kind=dci_kind, mapping=mapping, path_info=path_info,
-                   coverage_extra={"timing_reanchors": reanchors, "repeated_subframe_records": repeated})
+                   coverage_extra={"timing_reanchors": reanchors, "repeated_subframe_records": repeated},
+                   fit=(fit_rows, two))
 
 
 def _measurements(log: DiagLog, cell: int, anchors: list[tuple[float, int]], t0: int,
@@ -270,12 +282,27 @@ def _measurements(log: DiagLog, cell: int, anchors: list[tuple[float, int]], t0:
 def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray], record_rows: np.ndarray,
             anchors: list[tuple[float, int]], *, t0: int, start_sfn: int, duration: int, n_rb: int,
             bandwidth_mhz: float, n_antennas: int, cell: int, dci_path: Path | None, dci_kind: str | None,
-            mapping: str, path_info: dict[str, Any], coverage_extra: dict[str, Any]) -> Trace:
-    """The common tail: measurements, other users' RBs, coverage, provenance, the trace."""
+            mapping: str, path_info: dict[str, Any], coverage_extra: dict[str, Any],
+            fit: tuple[np.ndarray, np.ndarray] | None = None) -> Trace:
+    """The common tail: measurements, the channel where the UE was not scheduled (``fit``:
+    the rows of its link-adapted blocks and where it had two; None: the MCS is already
+    the measurements', only marked), other users' RBs, coverage, provenance, the trace."""
     stats = log.stats
     versions = {k: v for k, v in stats.decoded.items()}
     own = columns["own_rbs"]
-    meas_rows, rsrp, rsrq, _snr = _measurements(log, cell, anchors, t0, duration)
+    meas_rows, rsrp, rsrq, snr = _measurements(log, cell, anchors, t0, duration)
+    meas = channelfit.Measurements(np.array(meas_rows, dtype=np.int64), {
+        "snr_db": np.array(snr, dtype=np.float64), "rsrq_db": _in_range(rsrq, "rsrq_db"),
+        "rsrp_dbm": _in_range(rsrp, "rsrp_dbm")})
+    if fit is not None:
+        fit_rows, two = fit
+        columns["mcs"], layers, source, channel = channelfit.fill(
+            columns["mcs"], columns.get("layers"), fit_rows, meas, two=two)
+        if layers is not None:
+            columns["layers"] = layers
+    else:
+        source, channel = _mark_snr_rule(meas, duration)
+    columns["mcs_source"] = source
     measured = np.zeros(duration, dtype=bool)
     held: dict[str, np.ndarray] = {}
     for name, values in (("rsrp_dbm", rsrp), ("rsrq_db", rsrq)):
@@ -375,6 +402,7 @@ def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray
         **path_info,
         "other_rbs_estimated": dci_path is None and "rsrq_db" in held,
         "mapping": mapping,
+        "channel": channel,
         "coverage": coverage,
         **dci_info,
     }
@@ -383,6 +411,37 @@ def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray
                             start_sfn=start_sfn,
                             description=f"imported from diag log {path.name}")
     return make_trace(metadata, **columns)
+
+
+def _in_range(values: list[float], column: str) -> np.ndarray:
+    """``values`` with those outside the column's range (a placeholder) as NaN."""
+    spec = COLUMN_BY_NAME[column]
+    v = np.array(values, dtype=np.float64)
+    return np.where(np.isfinite(v) & (v >= spec.lo) & (v <= float(spec.hi)), v, np.nan)
+
+
+def _mark_snr_rule(meas: channelfit.Measurements, duration: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """The lossy path's MCS is the SNR rule's everywhere (no logged MCS to fit): rows with an
+    SNR measurement near are inferred, the rest held."""
+    snr = meas.values["snr_db"]
+    source = np.full(duration, channelfit.HELD, dtype=np.int64)
+    ok = np.isfinite(snr)
+    if ok.any():
+        mr = np.sort(meas.rows[ok])
+        _, dist = channelfit.nearest(np.arange(duration), mr)
+        source[dist <= channelfit.MEAS_NEAR_MS] = channelfit.INFERRED
+    starts, lengths = channelfit.runs_of(source == channelfit.HELD)
+    longest = np.argsort(-lengths, kind="stable")[:channelfit.LISTED_HELD_SPANS]
+    return source, {
+        "model": f"the lossy path's fixed rule (⌊FTL SNR + {SNR_BELOW_MCS_DB:g} dB + ½⌋): the log has no MCS to fit",
+        "fit": None, "no_fit_reason": "no 0xB173: the log gives no MCS of the UE's own",
+        "measurement_near_ms": channelfit.MEAS_NEAR_MS,
+        "measured_subframes": 0, "inferred_subframes": int((source == channelfit.INFERRED).sum()),
+        "held_subframes": int((source == channelfit.HELD).sum()),
+        "inferred_share": round(float(np.mean(source == channelfit.INFERRED)), 4),
+        "held_spans": int(len(lengths)),
+        "longest_held_spans_ms": [[int(starts[i]), int(lengths[i])] for i in longest],
+    }
 
 
 def _channel_mcs_from_snr(snr_db: np.ndarray) -> np.ndarray:

@@ -240,6 +240,9 @@ columns! {
         CoreDelayMs => core_delay_ms: f32 = F32,
         /// 1 when the UE's link is out in the subframe (a stall: data held, not lost), else 0.
         Outage => outage: u8 = U8,
+        /// Where the row's `mcs` comes from (imported logs): 0 the log's own MCS, 1 inferred
+        /// from the UE's measurements, 2 held (no measurement near).
+        McsSource => mcs_source: u8 = U8,
     }
 }
 
@@ -256,7 +259,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        assert_eq!(ColumnName::ALL.len(), 14);
+        assert_eq!(ColumnName::ALL.len(), 15);
         for &name in ColumnName::ALL {
             assert_eq!(ColumnName::from_name(name.as_str()), Some(name));
         }

@@ -82,6 +82,9 @@ pub(crate) fn validate(trace: &Trace) -> Vec<Defect> {
     if let Some(v) = &c.outage {
         check(d, "outage", v.iter().copied(), |_, v| v <= 1, |_| "must be 0 or 1".into());
     }
+    if let Some(v) = &c.mcs_source {
+        check(d, "mcs_source", v.iter().copied(), |_, v| v <= 2, |_| "must be 0, 1 or 2".into());
+    }
     defects
 }
 

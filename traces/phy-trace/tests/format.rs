@@ -44,7 +44,7 @@ fn metadata(rows: u32) -> Metadata {
     }
 }
 
-/// A valid trace with every column but `harq_fail` and `outage`, values varied enough that the
+/// A valid trace with every column but `harq_fail`, `outage` and `mcs_source`, values varied enough that the
 /// encodings differ.
 fn sample(rows: u32) -> Trace {
     let n = rows as usize;
@@ -64,6 +64,7 @@ fn sample(rows: u32) -> Trace {
         ul_capacity_bits: Some((0..n).map(|i| (i % 5000) as u32 * 8).collect()),
         core_delay_ms: Some((0..n).map(|i| 20.0 + (i / 1000) as f32).collect()),
         outage: None,
+        mcs_source: None,
     };
     Trace { metadata: metadata(rows), columns }
 }
