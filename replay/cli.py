@@ -14,16 +14,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from clawbed.claw.schemes.base import scheme_names
 from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
 from clawbed.paths import REPO_ROOT, runs_dir
-from clawbed.replay import settings
+from clawbed.replay import pages, settings
 from clawbed.replay.report import plt_stats, stats_table, write_report
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent, describe_lateness
+from clawbed.traces.inputs import ACCEPTED
 
 DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
 
 
 @click.command("replay")
 @click.option("--trace", "trace", type=click.Path(path_type=Path), default=DEFAULT_TRACE, show_default=True,
-              help="PHY trace driving the cell (.cbt or .csv)")
+              help=f"what drives the cell: {ACCEPTED}, imported on the fly")
 @click.option("--page", default="profile", show_default=True,
               help="a named page (profile, image-2mb, set-01..set-20) or a recorded site: mahimahi:DIR[@URL]")
 @click.option("--schemes", default="claw,cubic", show_default=True,
@@ -113,12 +114,17 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
             late = "" if r.timing_ok is not False else f" [yellow]timing flagged: {describe_lateness(r)}[/yellow]"
             progress.console.print(f"  load {r.load:>3} {r.scheme:<6} {outcome}{late}")
             progress.advance(task)
+        elif event.kind == "note":
+            progress.console.print(f"  {event.message}")
+        elif event.kind == "ready" and event.message:  # what the run made: namespaces, PIDs
+            progress.console.print(f"  {event.message}")
         elif event.kind == "warning":
             progress.console.print(f"  [yellow]warning:[/yellow] {event.message}")
 
     run = Replay(config, on_event=on_event)
-    console.print(f"replay {run.name}: {config.page} on {config.trace.name}, schemes {', '.join(config.schemes)}, "
-                  f"{config.runs} load(s) each, {config.loader} loader, HTTP/{config.http_version}")
+    console.print(f"replay {run.name} (run id {run.run_id}): {config.page} on {config.trace.name}, schemes {', '.join(config.schemes)}, "
+                  f"{config.runs} load(s) each, {config.loader} loader, "
+                  f"{pages.describe_protocol(run.page, config.http_version)}")
     if settings.describe(config.settings()):
         console.print(f"settings: {settings.describe(config.settings())}")
     started = time.monotonic()
@@ -134,6 +140,11 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         Console().print(stats_table(plt_stats(run.records), title=f"PLT per scheme — {run.name}"))
         report = write_report(out)
         flagged = sum(1 for r in run.records if r.timing_ok is False)
+        # What the loads really used (the header says what was offered).
+        used: dict[str, int] = {}
+        for r in run.records:
+            used[r.protocol or "unknown"] = used.get(r.protocol or "unknown", 0) + 1
+        console.print("protocol of the loads: " + ", ".join(f"{p} ({n} load(s))" for p, n in used.items()))
         console.print(f"{len(run.records)} load(s) in {elapsed:.0f} s; timing: {run.late_reruns} load(s) run again "
                       f"because the emulator fell behind, {flagged} kept flagged; report: {report}")
     if interrupted:

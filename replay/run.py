@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from clawbed import doctor
 from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
 from clawbed.emulator.config import DEFAULT_SCHEDULER, Delays, EmulatorConfig, parse_rate_bps
 from clawbed.emulator.process import BINARY, Emulator, EmulatorError
@@ -55,28 +56,41 @@ from clawbed.orchestrator.network.crosstraffic import (
     OtherUeSpec,
     SchemeSettings,
     build_activities,
+    ue_flow_from,
 )
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
 from clawbed.replay import cpus, drwa, loaders, mahimahi, pages, rmem, settings, webserver
 from clawbed.replay.capture import ServerCapture
-from clawbed.replay.lateness import LoadTiming, cpu_pressure_us, cpu_ticks, judge, pressure_between, steal_between
+from clawbed.replay.flows import FlowSet
+from clawbed.replay.lateness import (
+    LateAction,
+    LoadTiming,
+    cpu_pressure_us,
+    cpu_ticks,
+    judge,
+    late_action,
+    pressure_between,
+    steal_between,
+)
 from clawbed.replay.loaders.browser import CHROMIUM_HTTP1_CONNECTIONS
-from clawbed.replay.loaders.h2 import MAX_HTTP1_CONNECTIONS
-from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord
+from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord, load_retransmits
 from clawbed.replay.rundir import (
     RunDir,
     check_name,
     compress_in_place,
     default_name,
+    describe_made,
     host_facts,
     read_csv,
+    resources_made,
     sha256_file,
     versions,
     write_csv,
     write_zstd_lines,
 )
 from clawbed.replay.sampler import DEFAULT_PERIOD_S, SAMPLE_COLUMNS, TcpSampler
+from clawbed.traces.inputs import as_trace, needs_import
 from clawbed.traces.io import read_trace
 
 LOADERS = ("browser", "h2")
@@ -160,6 +174,9 @@ class ReplayConfig:
     cross_traffic: list[CrossTrafficSpec] = field(default_factory=list)
     #: Other UEs of the cell (UEs 1, 2, …; the loads run on UE 0), each with its downloads.
     other_ues: list[OtherUeSpec] = field(default_factory=list)
+    #: Background flows on the loads' own UE (``replay/flows.py``), entries as a spec writes them
+    #: (``{"kind": "poisson", "rate_per_s": 2, "bytes": [100000]}``); checked by ``settings``.
+    flows: list[dict[str, Any]] = field(default_factory=list)
     #: Start every load of a round at the same trace time (:meth:`round_trace_ms`), so the
     #: schemes compared meet the same channel; False: each load meets the trace wherever the
     #: run has got to (the loads of a round then see different stretches of it).
@@ -169,7 +186,8 @@ class ReplayConfig:
     #: trip of the page takes that much longer. 0: none.
     inject_delay_ms: float = 0.0
     #: Load again a load during which the emulator fell behind (``timing_ok`` False), up to
-    #: ``max_late_reruns`` times; the discarded attempts go to ``late-loads.jsonl``.
+    #: ``max_late_reruns`` times; the discarded attempts go to ``late-loads.jsonl``. With kept
+    #: connections a late load is kept flagged instead (``lateness.late_action``: a rerun would be warm).
     rerun_late: bool = True
     max_late_reruns: int = 2
     #: The UE's receive-buffer cap: a phone of BB12's table, PHONE:NETWORK, or bytes
@@ -247,9 +265,6 @@ class ReplayConfig:
             raise InputError(message) from None
         if not 0 <= self.idle_before_s <= MAX_IDLE_BEFORE_S:
             raise InputError(f"--idle-before-s {self.idle_before_s}: must be 0..{MAX_IDLE_BEFORE_S:g}")
-        if not 1 <= self.h1_connections_per_host <= MAX_HTTP1_CONNECTIONS:
-            raise InputError(f"--h1-connections-per-host {self.h1_connections_per_host}: must be "
-                             f"1..{MAX_HTTP1_CONNECTIONS}")
         if self.loader == "browser" and self.h1_connections_per_host != CHROMIUM_HTTP1_CONNECTIONS:
             # Refused rather than ignored: the run would claim a setting Chromium never took.
             raise InputError(f"--h1-connections-per-host {self.h1_connections_per_host}: the browser loader cannot "
@@ -450,7 +465,7 @@ def _slice_estimates(log_path: Path, out: Path, t0: float, t1: float) -> int:
 class ReplayEvent:
     """What :func:`run_replay` reports to its caller as it goes (for a progress display)."""
 
-    kind: str  # "ready" (cell and web server up), "load-start", "load-done", "warning"
+    kind: str  # "ready" (cell and web server up), "load-start", "load-done", "warning", "note"
     total_loads: int
     record: LoadRecord | None = None
     load: int | None = None
@@ -465,13 +480,21 @@ class Replay:
         config.check()
         self.config = config
         self.on_event = on_event or (lambda event: None)
+        #: What --trace named, when it was imported on the fly (a phone log, a Mahimahi trace).
+        self.trace_source: Path | None = None
+        if needs_import(config.trace):
+            self.trace_source = config.trace
+            config.trace = as_trace(config.trace, note=lambda m: self.on_event(ReplayEvent("note", 0, message=m)))
         # Bad page names fail here, before anything is created.
         self.page = pages.get_page(config.page, config.seed)
         self.trace = read_trace(config.trace)
+        self._warn_unfaithful()
         self.name = config.name or default_name()
         self.run_id = new_run_id()
         self.run_dir = RunDir(config.output_root / self.name)
         self.records: list[LoadRecord] = []
+        #: The background flows on the loads' UE (none without ``flows``).
+        self.flows = FlowSet([ue_flow_from(f) for f in config.flows], config.seed)
         #: The emulator's PID once it runs (a test stalls it with SIGSTOP to see the load flagged).
         self.emulator_pid: int | None = None
         #: Loads run again because the emulator fell behind during them.
@@ -480,6 +503,22 @@ class Replay:
         self._loader: loaders.LoaderWorker | None = None
         #: A process in the server's namespace (nginx), whose /proc/<pid>/net has its TCP counters.
         self._server_pid: int | None = None
+        #: Each kept connection's retransmissions at the end of the last load (records.load_retransmits).
+        self._flow_retrans: dict[str, int] = {}
+        #: The run's namespaces and TUNs by role, once made (the manifest's ``made``).
+        self._roles: dict[str, dict[str, str]] = {}
+
+    def _warn_unfaithful(self) -> None:
+        """A setting the trace makes unfaithful: a Mahimahi import encodes lost capacity as other
+        users' RBs, which a closed-loop scheduler would hand back to the UE."""
+        generator = str(self.trace.metadata.get("provenance", {}).get("generator", ""))
+        scheduler = self.config.scheduler
+        name = scheduler if isinstance(scheduler, str) else scheduler.get("kind")
+        if generator.endswith("--from mahimahi") and name == "proportional-fair":
+            self.on_event(ReplayEvent("warning", 0, message=(
+                f"{self.config.trace.name} is a Mahimahi import, faithful only under an open-loop scheduler: "
+                f"proportional-fair may give the UE the capacity the recording lost; use --scheduler "
+                f"background-first")))
 
     def run(self) -> list[LoadRecord]:
         """Run every load; return their records (also in ``results.jsonl``). On Ctrl-C or
@@ -490,8 +529,12 @@ class Replay:
         self.run_dir.write_manifest(
             status="running", name=self.name, run_id=self.run_id, started_unix_s=started,
             config={**asdict(cfg), "trace": str(cfg.trace.resolve()), "output_root": str(cfg.output_root)},
-            trace={"path": str(cfg.trace.resolve()), "sha256": sha256_file(cfg.trace), **self.trace.metadata},
+            trace={"path": str(cfg.trace.resolve()), "sha256": sha256_file(cfg.trace), **self.trace.metadata,
+                   **({"imported_from": str(self.trace_source.resolve()),
+                       "imported_from_sha256": sha256_file(self.trace_source)} if self.trace_source else {})},
             seed=cfg.seed, versions=versions(BINARY),
+            # Whether this machine can hold the 1 ms clock, as `clawbed doctor` judges it (no sampling).
+            doctor=doctor.judge(doctor.collect(sample_s=0)).summary(),
             host=host_facts(), plan=[{"load": i, "round": r, "scheme": s} for i, (r, s) in enumerate(cfg.plan())])
         status = "failed"
         try:
@@ -503,6 +546,7 @@ class Replay:
             raise
         finally:
             ok = sum(1 for r in self.records if r.ok)
+            self._record_made()
             self.run_dir.write_manifest(status=status, finished_unix_s=time.time(),
                                         duration_s=round(time.time() - started, 3),
                                         loads_done=len(self.records), loads_ok=ok)
@@ -549,9 +593,11 @@ class Replay:
         emu = Emulator(res, emu_config).start()
         self.emulator_pid = emu.pid
         ue_drwa = None
-        if cfg.drwa:  # on the UE's TUN, which the emulator made; removed with the run's resources
+        if cfg.drwa or self.flows.wants_drwa:  # on the UE's TUN, which the emulator made; removed with the run
+            # One controller for the UE: the page's connections with --drwa, and the flows that ask.
             ue_drwa = drwa.Drwa(netns=ue.ns.name, dev=ue.tun, run_id=self.run_id, run_dir=self.run_dir.path,
-                                ledger=res.ledger, log_path=self.run_dir.path / "drwa.csv")
+                                ledger=res.ledger, log_path=self.run_dir.path / "drwa.csv",
+                                select=self.flows.drwa_select(page=cfg.drwa))
             res.callback(ue_drwa.close)
         origin_unix_s = int(emu.ready["origin_unix_ns"]) / 1e9
         timing = LoadTiming(emu.truth_path, emu.packets_path, origin_unix_s)
@@ -582,7 +628,10 @@ class Replay:
         activities = self._start_background(res, topo, SchemeSettings(emu.diag_port, client_args,
                                                                      cfg.feedback_period_ms))
         plan = cfg.plan()
-        self.on_event(ReplayEvent("ready", len(plan)))
+        self._roles = {"namespaces": {**{f"ue{u.index}": u.ns.name for u in topo.ues}, "core": topo.core.name,
+                                      "server": server_ns.name},
+                       "tuns": {**{f"ue{u.index}": u.tun for u in topo.ues}, "core": topo.core.tun}}
+        self.on_event(ReplayEvent("ready", len(plan), message=describe_made(self._record_made(), self.name)))
 
         for index, (round_, scheme_name) in enumerate(plan):
             emu.check_alive()
@@ -607,6 +656,7 @@ class Replay:
                     self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
                                               message=f"load {index}: its time series were not all kept: "
                                                       f"{record.series_error}"))
+                flow_rows = self._keep_flows(record, load_dir)
                 series_done = time.monotonic()
                 self._judge_timing(record, timing)
                 done = time.monotonic()
@@ -614,7 +664,14 @@ class Replay:
                                           timing=round((done - series_done) * 1000, 1),
                                           total=round((done - began) * 1000 - (record.plt_ms or 0.0), 1))
                 record.late_reruns = late_reruns
-                if record.timing_ok is not False or not cfg.rerun_late or late_reruns >= cfg.max_late_reruns:
+                action = late_action(record.timing_ok, rerun_late=cfg.rerun_late, reruns=late_reruns,
+                                     max_reruns=cfg.max_late_reruns, keep_connections=cfg.keep_connections)
+                if action is LateAction.FLAG_KEPT_CONNECTIONS:
+                    self.on_event(ReplayEvent("warning", len(plan), record=record, load=index, scheme=scheme_name,
+                                              message=f"load {index} ({scheme_name}): {describe_lateness(record)}; "
+                                                      f"kept flagged, not loaded again: its connections are "
+                                                      f"kept, so a rerun would be a warm load in its place"))
+                if action is not LateAction.RERUN:
                     break
                 # The emulator fell behind during this load: keep it aside and load again.
                 late_reruns += 1
@@ -628,9 +685,14 @@ class Replay:
                                                   f"loading it again ({late_reruns} of at most "
                                                   f"{cfg.max_late_reruns})"))
             self.run_dir.append_result(record)
+            self._record_made()  # the load's own processes (scheme agents) are in the ledger by now
+            self.flows.keep(index, flow_rows)
             self.records.append(record)
             self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))
         self._stop_background(activities)
+        if self.flows.flows:
+            self.flows.write_run(self.run_dir.path / "flows.csv")
+            self.run_dir.write_manifest(flows_summary=self.flows.summary())
         if topo.wired is not None:
             # The wired side with its bottleneck's counters over the whole run.
             self.run_dir.write_manifest(wired=topo.wired.describe())
@@ -645,6 +707,13 @@ class Replay:
         mi2log = emu.diag_path(0).with_suffix(".mi2log")
         if mi2log.is_file():
             compress_in_place(mi2log)
+
+    def _record_made(self) -> dict[str, Any]:
+        """Write what the run made into the manifest's ``made`` (namespaces and TUNs by role, every
+        namespace, link and process of the ledger), for an outside script and `clawbed exec`."""
+        made = resources_made(self.run_dir.ledger_path, self.run_id, self._roles)
+        self.run_dir.write_manifest(made=made)
+        return made
 
     def _wired_link(self, topo: Topology) -> tuple[Impairment | None, float | None]:
         """Probe netem once in the run's core namespace and decide how the wired link's
@@ -686,6 +755,7 @@ class Replay:
         cfg = self.config
         activities = build_activities(cfg.cross_traffic, cfg.other_ues, cfg.seed, settings,
                                       page_bytes=lambda name, seed: pages.get_page(name, seed).total_bytes)
+        activities += self.flows.flows  # the flows on the loads' own UE (after DRWA, which reads their SYNs)
         for activity in activities:
             activity.start(res, topo)
         if activities:
@@ -792,6 +862,19 @@ class Replay:
             record.error = f"incomplete: {got} of {self.page.required_bytes} bytes"
         return record, client_log
 
+    def _keep_flows(self, record: LoadRecord, load_dir: Path) -> list[dict[str, Any]]:
+        """The background flows' figures over the load's span into its directory (``flows.json``,
+        ``flows.csv``); a failure is a warning, never the load's."""
+        if not self.flows.flows or record.t_start_unix_s is None or record.t_end_unix_s is None:
+            return []
+        try:
+            return self.flows.write_load(load_dir, record.t_start_unix_s, record.t_end_unix_s)
+        except Exception as e:  # noqa: BLE001 - the load's result outlives a failure of its flows' figures
+            self.on_event(ReplayEvent("warning", len(self.config.plan()), record=record, load=record.load,
+                                      scheme=record.scheme, message=f"load {record.load}: the background flows' "
+                                                                    f"figures were not kept: {type(e).__name__}: {e}"))
+            return []
+
     def _judge_timing(self, record: LoadRecord, timing: LoadTiming) -> None:
         """The emulator's lateness over the load's span and ``timing_ok`` (nothing measured
         when the load never started)."""
@@ -818,7 +901,9 @@ class Replay:
         # The loader's worker takes a while to start: the first sample of a flow is when the
         # page's connection opened, the origin of the report's time axes.
         record.t_first_flow_unix_s = rows[0]["t_unix_s"] if rows else None
-        record.retransmits = sum(flows.values()) if flows else None
+        # A kept connection's count runs over its whole life: the load's own is what it added.
+        carried = self._flow_retrans if self.config.keep_connections else {}
+        record.retransmits, self._flow_retrans = load_retransmits(rows, carried)
         if record.objects:
             with (load_dir / "objects.json").open("w") as f:
                 json.dump(record.objects, f, indent=1)

@@ -20,6 +20,7 @@ from clawbed.emulator.topology import CellTopology
 from clawbed.errors import InputError
 from clawbed.netns import Resources
 from clawbed.replay import drwa, rmem, settings
+from clawbed.traces.inputs import ACCEPTED, as_trace
 from clawbed.traces.io import read_trace
 
 #: The scheme ``emu run`` sets up when none is named: the kernel's Cubic, set explicitly.
@@ -48,7 +49,8 @@ def emu() -> None:
 
 @emu.command(context_settings={"allow_interspersed_args": False})
 @click.option("--trace", "traces", multiple=True, type=ExistingFile,
-              help="PHY trace (.cbt or .csv), mode cell: once for every UE, or once per UE.")
+              help=f"What drives the cell (mode cell): {ACCEPTED}, imported on the fly; once for every UE, "
+                   f"or once per UE.")
 @click.option("--ues", "n_ues", type=click.IntRange(1, 64), default=1, show_default=True, help="Emulated UEs (namespaces).")
 @click.option("--mode", type=click.Choice(["cell", "mahimahi", "rate"]),
               help="What drives the downlink. Default: rate with --rate, mahimahi with --mahimahi-trace, else cell.")
@@ -93,6 +95,7 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
     except InputError as e:
         raise click.BadParameter(str(e), param_hint="--schemes") from None
     mode = mode or ("rate" if rate else "mahimahi" if mahimahi_traces else "cell")
+    traces = tuple(as_trace(t, note=lambda m: click.echo(f"clawbed emu: {m}", err=True)) for t in traces)
     fields, ue_fields = settings.emulator_fields(shared)
     if shared.get("uplink_rate") and uplink_mahimahi_traces:
         raise click.UsageError("give --uplink-rate or --uplink-mahimahi-trace, not both")
