@@ -9,14 +9,16 @@
   per-segment memory). The largest LTE W_claw is about 150 Mbit/s (100 RBs, two layers,
   MCS 28) x 1 s of bufferbloated RTT = 19 MB, so the socket never limits W_claw.
 
-These apply to every scheme, so that schemes differ only in congestion control.
+These apply to every scheme, so that schemes differ only in congestion control. A run's server
+stack era (``server_stack``, clawbed/tcpstack.py, docs/tcp-stacks.md) and its ``server_sysctls``
+go over them, in that order, as the ``overrides`` of :func:`apply_server_sysctls`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 
+from clawbed import tcpstack
 from clawbed.netns import Namespace
 
 #: Send buffer autotuning: minimum, default, maximum, bytes.
@@ -30,15 +32,13 @@ SERVER_SYSCTLS: dict[str, str] = {
 
 
 #: The sysctls a run may set over :data:`SERVER_SYSCTLS`: the network stack's only.
-OVERRIDABLE_KEY = re.compile(r"net\.(ipv4|core)\.[a-z0-9_]+")
+OVERRIDABLE_KEY = tcpstack.SYSCTL_KEY
 
 
 def check_overrides(overrides: dict[str, str]) -> None:
     """A ValueError naming the first override that is not a ``net.ipv4.*`` or ``net.core.*`` key
-    with a value."""
-    for key, value in overrides.items():
-        if not OVERRIDABLE_KEY.fullmatch(key) or not str(value).strip():
-            raise ValueError(f"{key}={value}: a net.ipv4.* or net.core.* key and a value expected")
+    with a value (the same check as the UE's, :func:`clawbed.tcpstack.check_sysctls`)."""
+    tcpstack.check_sysctls(overrides)
 
 
 def read_sysctl(ns: Namespace, key: str) -> str:
