@@ -13,8 +13,8 @@ one: ``traces/CHANNEL_MODEL.md`` §6.
 - **Measurement of a subframe**: the 0xB193 measurement nearest in time, if within
   :data:`MEAS_NEAR_MS`; otherwise the subframe has none.
 - **Model**: the median MCS of the fit blocks per :data:`BIN_DB` bin of the predictor; a
-  bin with fewer than :data:`MIN_BIN_BLOCKS` blocks pools its neighbours (nearest first)
-  until it has them; outside the fitted range, the edge bin (no extrapolation). Layers: 2
+  bin with fewer than :data:`MIN_BIN_BLOCKS` blocks pools its neighbours (nearest first,
+  both sides at once) until it has them; outside the fitted range, the edge bin (no extrapolation). Layers: 2
   where at least half of the bin's blocks were two-layer.
 - **Per subframe** (``mcs_source``): :data:`MEASURED` the log's MCS (a fit block);
   :data:`INFERRED` the model at the subframe's measurement; :data:`HELD` no measurement
@@ -98,7 +98,7 @@ def fit(predictor: str, x: np.ndarray, mcs: np.ndarray, two: np.ndarray) -> Chan
     med = np.zeros(n_bins, dtype=np.int64)
     two_share = np.zeros(n_bins, dtype=bool)
     for b in range(n_bins):
-        # Pool neighbours, nearest first (left before right at equal distance), to MIN_BIN_BLOCKS.
+        # Pool neighbours, nearest first (both sides at once), until MIN_BIN_BLOCKS.
         members = [b]
         step = 1
         while counts[members].sum() < MIN_BIN_BLOCKS and (b - step >= 0 or b + step < n_bins):
