@@ -121,7 +121,10 @@ def _role_of(name: str, run_id: str | None) -> str | None:
 
 
 def exec_argv(run: str, role: str, argv: list[str]) -> list[str]:
-    """The command line that runs ``argv`` in ``role``'s namespace of the live run ``run``."""
+    """The command line that runs ``argv`` in ``role``'s namespace of the live run ``run``
+    (a leading ``--``, which separates it from clawbed's own arguments, is dropped)."""
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
     if not argv:
         raise InputError("give the command to run after --, e.g. clawbed exec RUN ue -- ip addr")
     live = read_run(find_run(run))

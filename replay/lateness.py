@@ -17,12 +17,19 @@ Steal time comes from ``/proc/stat`` (the ``cpu`` line's 8th value) before and a
 A load whose subframe lateness or delivery error exceeded
 :data:`~clawbed.replay.records.LATE_LIMIT_MS` has ``timing_ok`` False.
 
+What a late load becomes (:func:`late_action`): run again (``--rerun-late``, up to
+``max_late_reruns`` times) — except with kept connections (``--keep-connections``): the
+browser's connections are then warm from the late attempt itself, so a rerun would be a warm
+load standing in for a cold one (load 0: 1,246 ms late, then 741 and 838 ms warm). Such a
+load is kept, flagged (``timing_ok`` False), and the run goes on.
+
 The files are read incrementally (:class:`ColumnTail`): each load decodes only the chunks
 written since the previous one.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import time
 from dataclasses import dataclass
@@ -221,3 +228,29 @@ def judge(record: LoadRecord, lateness: Lateness) -> None:
     record.delivery_err_max_ms, record.delivery_err_p999_ms = lateness.delivery_max_ms, lateness.delivery_p999_ms
     measured = [v for v in (lateness.subframe_max_ms, lateness.delivery_max_ms) if v is not None]
     record.timing_ok = all(v <= LATE_LIMIT_MS for v in measured) if measured else None
+
+
+class LateAction(enum.Enum):
+    """What the replay does with a load once its timing is judged."""
+
+    #: On time, or not measured: kept.
+    KEEP = "keep"
+    #: Late: kept aside and the load run again.
+    RERUN = "rerun"
+    #: Late and kept flagged: reruns are off, or used up.
+    FLAG = "flag"
+    #: Late and kept flagged because connections are kept: a rerun would ride the connections
+    #: this attempt warmed, a warm load in place of the one asked for.
+    FLAG_KEPT_CONNECTIONS = "flag-kept-connections"
+
+
+def late_action(timing_ok: bool | None, *, rerun_late: bool, reruns: int, max_reruns: int,
+                keep_connections: bool) -> LateAction:
+    """What becomes of a load judged ``timing_ok`` after ``reruns`` reruns."""
+    if timing_ok is not False:
+        return LateAction.KEEP
+    if not rerun_late or reruns >= max_reruns:
+        return LateAction.FLAG
+    if keep_connections:
+        return LateAction.FLAG_KEPT_CONNECTIONS
+    return LateAction.RERUN

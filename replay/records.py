@@ -37,7 +37,9 @@ class LoadRecord:
     t_start_unix_s: float | None = None
     t_end_unix_s: float | None = None
     t_first_flow_unix_s: float | None = None
-    #: TCP flows the server saw during the load, and their retransmissions.
+    #: TCP flows the server saw during the load, and the retransmissions during it: each flow's
+    #: own, less what a kept connection had retransmitted before the load
+    #: (:func:`load_retransmits`).
     flows: int = 0
     retransmits: int | None = None
     #: The load's directory, relative to the run directory.
@@ -99,6 +101,27 @@ class LoadRecord:
             return cls(**data)
         except TypeError as e:
             raise InputError(f"{where}: {e}") from None
+
+
+def load_retransmits(rows: list[dict[str, Any]], carried: dict[str, int]) -> tuple[int | None, dict[str, int]]:
+    """(retransmissions during the load, each flow's total after it) from the load's TCP
+    samples (``flow``, ``retrans_total``: the kernel's count over the connection's life).
+
+    ``carried``: each flow's total at the end of the previous loads, for connections a kept
+    browser carries over: they count only what they retransmitted since. A flow whose total
+    is below what was carried is a new connection on a reused address and port: counted whole.
+    None when there were no samples.
+    """
+    last: dict[str, int] = {}
+    for row in rows:
+        last[row["flow"]] = int(row["retrans_total"])  # a flow's last sample holds its total
+    if not last:
+        return None, dict(carried)
+    count = 0
+    for flow, total in last.items():
+        before = carried.get(flow, 0)
+        count += total - before if total >= before else total
+    return count, {**carried, **last}
 
 
 #: Lateness (ms) beyond which the emulator counts as having fallen behind during a load: then

@@ -17,6 +17,7 @@ Layout (``runs/<name or timestamp>/``)::
         ...              the scheme's own files (agent and client logs)
     emulator/            the emulator's config, log, whole-run truth, packet log and diag files
     ledger.jsonl         what the run created (``clawbed cleanup <run dir>`` after a SIGKILL)
+                         the manifest's ``made`` names it by role (:func:`resources_made`)
     report.html          the interactive report, with plotly.min.js beside it (offline)
 
 Times in every series are Unix seconds (``t_unix_s``), so that series from the emulator, the
@@ -45,6 +46,7 @@ import zstandard
 from clawbed import __version__
 from clawbed.errors import InputError
 from clawbed.files import atomic_write
+from clawbed.netns import Ledger
 from clawbed.paths import REPO_ROOT
 from clawbed.replay.records import CSV_COLUMNS, LoadRecord
 
@@ -144,6 +146,40 @@ def host_facts() -> dict[str, Any]:
         "root_default_cc": read("/proc/sys/net/ipv4/tcp_congestion_control"),
         "allowed_cc": read("/proc/sys/net/ipv4/tcp_allowed_congestion_control"),
     }
+
+
+def resources_made(ledger_path: Path, run_id: str, roles: Mapping[str, Mapping[str, str]]) -> dict[str, Any]:
+    """What a run made, for its manifest's ``made``: its run id (every name it made starts with
+    ``cb<run id>``, which tells its resources from another run's), its namespaces and TUNs by
+    role (``roles``: ``namespaces`` and ``tuns``, e.g. ``ue0``, ``core``, ``server``), and every
+    namespace, link and process its ledger records so far (processes: name, PID, and the
+    namespace ``ip netns exec`` started them in)."""
+    entries = Ledger(ledger_path).entries()
+    processes = []
+    for e in entries:
+        if e["kind"] != "process":
+            continue
+        argv = e.get("argv") or []
+        netns = argv[3] if argv[:3] == ["ip", "netns", "exec"] and len(argv) > 3 else None
+        processes.append({"name": e["name"], "pid": e.get("pid"), "netns": netns})
+    return {"run_id": run_id, "prefix": f"cb{run_id}",
+            "namespaces": dict(roles.get("namespaces", {})), "tuns": dict(roles.get("tuns", {})),
+            "all_namespaces": [e["name"] for e in entries if e["kind"] == "netns"],
+            "links": [{"name": e["name"], "netns": e.get("netns")} for e in entries if e["kind"] == "link"],
+            "processes": processes}
+
+
+def describe_made(made: Mapping[str, Any], run_name: str) -> str:
+    """One line on what a run made: run id, namespaces by role, the PIDs of its processes, and
+    how to run a command in its UE."""
+    namespaces = made.get("namespaces", {})
+    roles = ", ".join(f"{role} {name}" for role, name in namespaces.items())
+    latest: dict[str, Any] = {}
+    for proc in made.get("processes", []):
+        latest[proc["name"]] = proc["pid"]  # a process started again (a loader) shows its last PID
+    pids = ", ".join(f"{name} {pid}" for name, pid in latest.items())
+    return (f"run id {made.get('run_id')} (its names start {made.get('prefix')}); namespaces: {roles}; "
+            f"PIDs: {pids or 'none'}; a command in its UE: clawbed exec {run_name} ue -- CMD")
 
 
 class RunDir:
