@@ -75,13 +75,18 @@ from clawbed.claw.schemes import SCHEMES
 from clawbed.emulator.config import DEFAULT_SCHEDULER, parse_rate_bps
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
-from clawbed.paths import REPO_ROOT, state_dir
+from clawbed.paths import REPO_ROOT, shared_data, state_dir
 from clawbed.replay import pages, settings
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, MAX_IDLE_BEFORE_S
+from clawbed.traces.inputs import as_trace, needs_import
 from clawbed.traces.synth import PRESETS
 
 SAMPLE_TRACES = REPO_ROOT / "traces" / "samples"
 SYNTH_PREFIX = "synth:"
+#: A trace in the third-party data folder (``shared:real-logs/<log>``): tests and the real-cell
+#: suites use it; a spec naming one loads only where that folder is.
+SHARED_PREFIX = "shared:"
+_SEGMENT_TEXT = re.compile(r"best|[0-9.]*:[0-9.]*")
 #: The key by which a spec takes another one's keys (``extends: paper.yaml``).
 EXTENDS_KEY = "extends"
 #: Length of the scenario id (hex digits of a SHA-256): 48 bits, collision-free for any suite.
@@ -152,6 +157,9 @@ class Condition(_Strict):
     ue_rmem: str | int | None = None
     #: DRWA at the UE (replay/drwa.py).
     drwa: StrictBool = False
+    #: Background flows on the replay's own UE (replay's ``flows``, replay/flows.py): entries such
+    #: as ``{kind: poisson, rate_per_s: 2, bytes: [10000, 100000], rmem: 262144, drwa: true}``.
+    flows: list[dict[str, Any]] = []
     #: nginx gzip on the fly (replay's ``gzip``); HTTP/1.1 connections per host of the loader
     #: (the browser loader: 6 only).
     gzip: StrictBool = False
@@ -170,6 +178,11 @@ class Condition(_Strict):
     keep_connections: StrictBool = False
     #: Server sysctls over the schemes' common ones (replay's ``server_sysctls``).
     server_sysctls: dict[str, str] = {}
+    #: Both ends' TCP stack eras, the UE's sysctls and its TUN's offloads (clawbed/tcpstack.py).
+    server_stack: str = "current"
+    ue_stack: str = "current"
+    ue_sysctls: dict[str, str] = {}
+    ue_offloads: dict[str, str] = {}
 
     @field_validator(*(name for name in settings.SETTINGS), mode="before")
     @classmethod
@@ -503,6 +516,10 @@ def load_spec(path: Path) -> LoadedSpec:
     loaded = LoadedSpec(spec, path.resolve())
     for mi, matrix in enumerate(spec.all_matrices()):
         for i, trace in enumerate(matrix.traces):
+            if trace.startswith(SHARED_PREFIX) and loaded.trace_path(trace) is None:
+                raise SpecError(f"{path.name}: {spec.matrix_key(mi)}.traces[{i}]: {trace!r}: not in the third-party "
+                                f"data folder (CLAWBED_SHARED, or ../shared/data beside the repository); those "
+                                f"recordings are not shipped with clawbed")
             if not trace.startswith(SYNTH_PREFIX) and loaded.trace_path(trace) is None:
                 raise SpecError(f"{path.name}: {spec.matrix_key(mi)}.traces[{i}]: {trace!r} is neither a sample trace "
                                 f"({', '.join(p.stem for p in sorted(SAMPLE_TRACES.glob('*.cbt')))}), "
@@ -602,8 +619,13 @@ class LoadedSpec:
         return self.spec.suite
 
     def trace_path(self, trace: str) -> Path | None:
-        """Where a trace file of the matrix lives (a sample's name or a path relative to the
-        spec); None: nowhere."""
+        """Where a trace file of the matrix lives (a sample's name, a path relative to the spec,
+        or ``shared:<path>`` in the third-party data folder; any of them with ``@SEGMENT``); None:
+        nowhere. A phone log or a Mahimahi trace is the log itself (:func:`materialize_trace`
+        imports it)."""
+        trace, _segment = split_segment(trace)
+        if trace.startswith(SHARED_PREFIX):
+            return shared_data(trace[len(SHARED_PREFIX):])
         sample = SAMPLE_TRACES / f"{trace}.cbt"
         if "/" not in trace and sample.is_file():
             return sample
@@ -642,6 +664,20 @@ class LoadedSpec:
                         load_timeout_s=s.load_timeout_s, trace_path=path)
 
 
+def _imported_segment(source: Path, segment: str | None) -> Path:
+    from clawbed.traces.io import read_trace, write_trace
+    from clawbed.traces.segments import cut, parse_segment
+
+    trace_path = as_trace(source)
+    if segment is None:
+        return trace_path
+    out = trace_path.with_name(f"{trace_path.stem}@{segment.replace(':', '-')}.cbt")
+    if not out.is_file():
+        trace = read_trace(trace_path)
+        write_trace(cut(trace, *parse_segment(segment, trace)), out)  # atomic, like every cached trace
+    return out
+
+
 def synth_path(preset: str, seed: int, seconds: int) -> Path:
     """The cache file of a generated trace (same preset, seed and length → same trace; the
     preset's fingerprint in the name, so a changed preset is not read from an old file)."""
@@ -650,8 +686,21 @@ def synth_path(preset: str, seed: int, seconds: int) -> Path:
     return state_dir() / "synth-traces" / f"{preset}-s{seed}-{seconds}s-{preset_fingerprint(preset)}.cbt"
 
 
+def split_segment(trace: str) -> tuple[str, str | None]:
+    """``LOG@SEGMENT`` → (LOG, SEGMENT): the span of a long log the loads use, ``best`` (the first
+    informative one, traces/segments.py) or ``START:END`` in seconds; (trace, None) without one."""
+    name, at, segment = trace.rpartition("@")
+    if at and _SEGMENT_TEXT.fullmatch(segment):
+        return name, segment
+    return trace, None
+
+
 def materialize_trace(scenario: Scenario) -> Path:
-    """The scenario's trace file, generating a ``synth:<preset>`` trace on first use."""
+    """The scenario's trace file: a ``synth:<preset>`` trace generated, a phone log or Mahimahi
+    trace imported (traces/inputs.py), a ``@SEGMENT`` cut, each on first use and cached."""
+    _name, segment = split_segment(scenario.trace)
+    if not scenario.trace.startswith(SYNTH_PREFIX) and (segment or needs_import(scenario.trace_path)):
+        return _imported_segment(scenario.trace_path, segment)
     path = scenario.trace_path
     if scenario.trace.startswith(SYNTH_PREFIX) and not path.is_file():
         from clawbed.traces.io import write_trace

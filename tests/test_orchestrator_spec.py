@@ -11,6 +11,7 @@ import yaml
 
 from clawbed.orchestrator.regress import MIN_LOADS
 from clawbed.orchestrator.spec import LoadedSpec, SpecError, load_spec, parse_spec
+from clawbed.paths import REPO_ROOT
 from clawbed.traces.synth import preset_fingerprint
 
 GOOD = {
@@ -288,3 +289,35 @@ def test_other_ue_think_time_counts_in_the_id_only_when_set() -> None:
     assert argv[argv.index("--mean-off-ms") + 1] == "28000.0"
     argv = default._sender_argv("10.0.0.2", 9000, Path("/tmp"))
     assert argv[argv.index("--mean-off-ms") + 1] == str(PAGE_OFF_MS)
+
+
+def test_real_cells_in_a_suite_are_imported_and_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace entry may be a log (imported on first use) with @SEGMENT (cut, cached); the real-cell
+    paper suite loads where the third-party data is, and its segments resolve."""
+    from clawbed.orchestrator.spec import materialize_trace, split_segment
+    from clawbed.traces.io import read_trace
+
+    monkeypatch.setenv("CLAWBED_STATE", str(tmp_path / "state"))
+    assert split_segment("shared:real-logs/x.mi2log@best") == ("shared:real-logs/x.mi2log", "best")
+    assert split_segment("a/b@c.cbt") == ("a/b@c.cbt", None)
+    down = tmp_path / "const.down"
+    down.write_text("".join(f"{t}\n" for t in range(1, 20_001)))
+    spec = {"suite": "t", "matrix": {"traces": ["const.down@5:15", "const.down"], "pages": ["set-01"],
+                                     "schemes": ["cubic"]}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    cut, whole = load_spec(tmp_path / "s.yaml").scenarios()
+    assert cut.id != whole.id and cut.label.startswith("const.down@5:15/")
+    assert read_trace(materialize_trace(cut)).duration_ms == 10_000
+    assert read_trace(materialize_trace(whole)).duration_ms >= 20_000
+    real = REPO_ROOT / "orchestrator" / "suites" / "paper-real.yaml"
+    from clawbed.paths import shared_data
+
+    if shared_data("real-logs") is None:
+        with pytest.raises(SpecError, match="not in the third-party data folder"):
+            load_spec(real)
+        return
+    scenarios = load_spec(real).scenarios()
+    assert len(scenarios) == 3 * (1 + 5 + 1)
+    pixel = next(s for s in scenarios if "PixelXL" in s.trace and s.page == "profile")
+    trace = read_trace(materialize_trace(pixel))
+    assert trace.duration_ms == 5000 and trace.metadata["provenance"]["segment"]["from_ms"] == 4000
