@@ -1,4 +1,5 @@
-"""Replay pages: synthetic generation, named pages, materialized files and HAR import (pure)."""
+"""Replay pages: synthetic generation, named pages, materialized files, HAR import and a user's
+own folder (pure)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from pathlib import Path
 import pytest
 
 from clawbed.errors import InputError
+from clawbed.paths import REPO_ROOT
 from clawbed.replay.pages import (
     ALLOWED_PARENTS,
+    DIRECTORY_INDEX,
     IMAGE_2MB_IMAGE_BYTES,
     MIB,
     NAMED_PAGES,
+    DirectoryPage,
     Page,
+    describe_protocol,
+    document_protocol,
     generate_page,
     get_page,
     page_from_har,
@@ -145,3 +151,113 @@ def test_bad_har_names_the_field(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(InputError, match="not JSON"):
         page_from_har(path)
+
+
+# -- a user's own folder (dir:PATH[@INDEX]) ------------------------------------------------------
+
+def write_folder(root: Path) -> dict[str, bytes]:
+    """A small site of a user's: an index, a stylesheet and an image in sub-folders, a second
+    page, a file with a space in its name, their own manifest.json, and hidden files."""
+    files = {
+        "index.html": b'<!DOCTYPE html><html><head><link rel="icon" href="data:,">'
+                      b'<link rel="stylesheet" href="css/site.css"></head>'
+                      b'<body><img src="img/logo.png"><a href="other.html">x</a></body></html>',
+        "other.html": b"<!DOCTYPE html><html><body>other</body></html>",
+        "css/site.css": b"body { color: #123456; }\n" * 40,
+        "img/logo.png": bytes(range(256)) * 8,
+        "notes and more.txt": b"plain text",
+        "manifest.json": b'{"name": "the user\'s web app manifest"}',
+        ".git/HEAD": b"ref: refs/heads/main",
+        ".hidden": b"not served",
+    }
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return {k: v for k, v in files.items() if not k.startswith(".")}
+
+
+def test_a_folder_becomes_a_page_and_its_copy_keeps_the_users_files(tmp_path: Path) -> None:
+    files = write_folder(tmp_path / "mysite")
+    page = get_page(f"dir:{tmp_path / 'mysite'}")
+    assert isinstance(page, DirectoryPage)
+    assert page.root.path == "/index.html" and page.root.kind == "html"
+    assert {o.path: o.size_bytes for o in page.objects} == {
+        "/index.html": len(files["index.html"]), "/other.html": len(files["other.html"]),
+        "/css/site.css": len(files["css/site.css"]), "/img/logo.png": len(files["img/logo.png"]),
+        "/notes%20and%20more.txt": len(files["notes and more.txt"]), "/manifest.json": len(files["manifest.json"])}
+    assert {o.path: o.kind for o in page.objects}["/img/logo.png"] == "image"
+    assert {o.path: o.kind for o in page.objects}["/notes%20and%20more.txt"] == "other"
+    assert page.total_bytes == sum(len(v) for v in files.values())
+    assert page.required_bytes == len(files["index.html"])  # a folder may hold files no page uses
+    site = tmp_path / "site"
+    manifest = json.loads(page.materialize(site).read_text())
+    assert manifest["name"] == f"dir:{tmp_path / 'mysite'}" and manifest["n_objects"] == 6
+    assert manifest["directory"] == str((tmp_path / "mysite").resolve())
+    assert {o["path"] for o in manifest["objects"]} == {o.path for o in page.objects}
+    assert all(len(o["sha256"]) == 64 for o in manifest["objects"])
+    index = json.loads((site / DIRECTORY_INDEX).read_text())
+    docroot = site / index["docroot"]
+    # The served copy: every visible file byte for byte, the user's manifest.json theirs.
+    assert {str(p.relative_to(docroot)): p.read_bytes() for p in docroot.rglob("*") if p.is_file()} == files
+    assert get_page(f"dir:{tmp_path / 'mysite'}@other.html").root.path == "/other.html"
+
+
+def test_a_folder_page_is_refused_naming_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(InputError, match=f"dir:{missing}: {missing}: no such folder"):
+        get_page(f"dir:{missing}")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(InputError, match="a-file is not a folder"):
+        get_page(f"dir:{tmp_path / 'a-file'}")
+    (tmp_path / "empty" / ".git").mkdir(parents=True)
+    (tmp_path / "empty" / ".git" / "HEAD").write_text("x")
+    with pytest.raises(InputError, match=f"{tmp_path / 'empty'} holds no files to serve"):
+        get_page(f"dir:{tmp_path / 'empty'}")
+    write_folder(tmp_path / "site")
+    (tmp_path / "site" / "index.html").unlink()
+    with pytest.raises(InputError, match=rf"{tmp_path / 'site'} has no index index\.html \(give dir:"):
+        get_page(f"dir:{tmp_path / 'site'}")
+    with pytest.raises(InputError, match="has no index start.html"):
+        get_page(f"dir:{tmp_path / 'site'}@start.html")
+    with pytest.raises(InputError, match=r"the index css/site\.css is not an HTML file"):
+        get_page(f"dir:{tmp_path / 'site'}@css/site.css")
+    with pytest.raises(InputError, match=r"INDEX '\.\./x\.html' must be a file inside"):
+        get_page(f"dir:{tmp_path / 'site'}@../x.html")
+    with pytest.raises(InputError, match="give the folder to serve"):
+        get_page("dir:")
+
+
+def test_the_header_names_the_protocol_the_document_really_comes_over(tmp_path: Path) -> None:
+    from test_replay_mahimahi import Exchange, write_recording
+
+    plain = write_recording(tmp_path / "plain", [Exchange("http://shop.test/", body=b"<html></html>")])
+    recorded = get_page(f"mahimahi:{plain}")
+    assert document_protocol(recorded, "2") == "http/1.1"
+    assert describe_protocol(recorded, "2").startswith("HTTP/1.1 over plain HTTP")
+    tls = write_recording(tmp_path / "tls", [Exchange("https://shop.test/", body=b"<html></html>")])
+    assert document_protocol(get_page(f"mahimahi:{tls}"), "2") == "h2"
+    assert describe_protocol(get_page("set-01"), "2") == "HTTP/2 over TLS"
+    assert describe_protocol(get_page("set-01"), "1.1") == "HTTP/1.1 over TLS"
+
+
+def test_replay_refuses_what_a_loader_or_page_cannot_take(tmp_path: Path) -> None:
+    from clawbed.replay.run import ReplayConfig
+
+    trace = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
+    base = {"trace": trace, "page": "set-01", "schemes": ["cubic"], "runs": 1}
+    from clawbed.replay.loaders.h2 import MAX_HTTP1_CONNECTIONS
+
+    ReplayConfig(**base, loader="h2", h1_connections_per_host=2).check()
+    # The registry's bound is the h2 loader's own.
+    ReplayConfig(**base, loader="h2", h1_connections_per_host=MAX_HTTP1_CONNECTIONS).check()
+    with pytest.raises(InputError, match=f"must be 1..{MAX_HTTP1_CONNECTIONS}"):
+        ReplayConfig(**base, loader="h2", h1_connections_per_host=MAX_HTTP1_CONNECTIONS + 1).check()
+    with pytest.raises(InputError, match="--h1-connections-per-host 2: the browser loader cannot set it"):
+        ReplayConfig(**base, h1_connections_per_host=2).check()
+    with pytest.raises(InputError, match="--h1-connections-per-host: 0: must be 1..64"):
+        ReplayConfig(**base, loader="h2", h1_connections_per_host=0).check()
+    from test_replay_mahimahi import Exchange, write_recording
+
+    folder = write_recording(tmp_path / "rec", [Exchange("https://a.test/")])
+    with pytest.raises(InputError, match="--gzip: the page mahimahi:.* is a recorded site"):
+        ReplayConfig(**{**base, "page": f"mahimahi:{folder}"}, gzip=True).check()

@@ -167,3 +167,97 @@ def test_nginx_config_test_failure_is_shown(pair, tmp_path: Path) -> None:
     with pytest.raises(ResourceError, match=r"nginx -t .* failed: .*10\.203\.0\.9"):
         WebServer(res, srv, tmp_path / "site", "10.203.0.9")
     assert ns_pids(srv.name) == []
+
+
+def test_a_users_folder_loads_with_both_loaders(pair, tmp_path: Path) -> None:
+    """--page dir:PATH: the folder's files are served at their paths (the user's own
+    manifest.json too, not the run's), and both loaders fetch what the index references."""
+    from test_replay_pages import write_folder
+
+    res, ue, srv = pair
+    files = write_folder(tmp_path / "mysite")
+    page = get_page(f"dir:{tmp_path / 'mysite'}")
+    page.materialize(tmp_path / "site")
+    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR)
+    url = web.url(page.root.path)
+    referenced = {"/index.html": "index.html", "/css/site.css": "css/site.css", "/img/logo.png": "img/logo.png"}
+    for loader in ("browser", "h2"):
+        result = run_load(res, ue, url, loader=loader, timeout_s=60)
+        assert result.ok, result.error
+        fetched = {urlsplit(o.url).path: o.bytes for o in result.objects}
+        assert fetched == {p: len(files[f]) for p, f in referenced.items()}, (loader, fetched)
+        assert result.protocol == "h2" and result.bytes_total >= page.required_bytes
+    with LoaderWorker(res, ue, "h2") as worker:  # files no page references are served too
+        for path in ("/manifest.json", "/notes%20and%20more.txt"):
+            got = worker.load(web.url(path), 30)
+            name = path.lstrip("/").replace("%20", " ")
+            assert got.ok and got.bytes_total == len(files[name]), (path, got.error)
+    assert {r.status for r in web.requests()} == {200}
+
+
+def _text_page(root: Path) -> dict[str, bytes]:
+    """A compressible page: an index, a stylesheet and a script of repetitive text."""
+    files = {
+        "index.html": b'<!DOCTYPE html><html><head><link rel="icon" href="data:,">'
+                      b'<link rel="stylesheet" href="site.css"></head><body>'
+                      + b"<p>the cell schedules the bearer every subframe</p>\n" * 400
+                      + b'<script src="app.js"></script></body></html>',
+        "site.css": b"".join(b".rule-%d { margin: %dpx; color: #336699; }\n" % (i, i % 9) for i in range(3000)),
+        "app.js": b"".join(b"var value%d = %d;\n" % (i, i) for i in range(4000)),
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    return files
+
+
+def test_gzip_compresses_text_for_both_loaders(pair, tmp_path: Path) -> None:
+    """gzip on: text arrives compressed (fewer body bytes than the files, sent with
+    Content-Encoding), every loader counts both sizes and the load is complete; off (the
+    default): the files' own bytes. A recorded site is refused: it is served as recorded."""
+    res, ue, srv = pair
+    files = _text_page(tmp_path / "text")
+    page = get_page(f"dir:{tmp_path / 'text'}")
+    page.materialize(tmp_path / "site")
+    total = sum(len(v) for v in files.values())
+    gzip_web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR, gzip=True)
+    assert "gzip on;" in gzip_web.conf.read_text()
+    for loader in ("browser", "h2"):
+        result = run_load(res, ue, gzip_web.url(page.root.path), loader=loader, timeout_s=60)
+        assert result.ok, result.error
+        assert result.bytes_decoded == total, (loader, result.bytes_decoded)
+        assert result.bytes_total < total / 5, (loader, result.bytes_total, total)
+    assert all(r.body_bytes < len(files[r.uri.lstrip("/")]) / 3 for r in gzip_web.requests())
+    gzip_web.close()
+    plain_web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR, port=8443)
+    assert "gzip off;" in plain_web.conf.read_text()
+    result = run_load(res, ue, plain_web.url(page.root.path), loader="h2", timeout_s=60)
+    assert result.ok and result.bytes_total == result.bytes_decoded == total, result
+    from test_replay_mahimahi import Exchange, write_recording
+
+    recorded = get_page(f"mahimahi:{write_recording(tmp_path / 'rec', [Exchange('https://a.test/')])}")
+    recorded.materialize(tmp_path / "rec-site")
+    with pytest.raises(ResourceError, match="gzip on: the recorded site .* is served with its recorded"):
+        WebServer(res, srv, tmp_path / "rec-site", SERVER_ADDR, port=9443, gzip=True)
+
+
+def test_http1_connections_per_host_the_browser_honours_six_only(pair, tmp_path: Path) -> None:
+    """Chromium opens up to six HTTP/1.1 connections per host, and nothing changes that: the
+    browser loader refuses any other number rather than pretend; the h2 loader takes it."""
+    res, ue, srv = pair
+    page = get_page("set-03")
+    page.materialize(tmp_path / "site")
+    web = WebServer(res, srv, tmp_path / "site", SERVER_ADDR, http_version="1.1")
+    url = web.url(page.root.path)
+    with LoaderWorker(res, ue, "browser", http1=True, loader_args=["--http1-connections", "6"]) as worker:
+        assert_complete(worker.load(url, 60), page, "http/1.1")
+    connections = {r.connection for r in web.requests()}
+    assert 2 < len(connections) <= 6, connections  # a 40-object page uses more than two
+    with LoaderWorker(res, ue, "browser", http1=True, loader_args=["--http1-connections", "2"]) as worker:
+        refused = worker.load(url, 30)
+    assert not refused.ok and "--http1-connections 2: the browser loader cannot set it" in refused.error
+    before = len(web.requests())
+    with LoaderWorker(res, ue, "h2", http1=True, loader_args=["--http1-connections", "12"]) as worker:
+        assert_complete(worker.load(url, 60), page, "http/1.1")
+    assert 6 < len({r.connection for r in web.requests()[before:]}) <= 12
+
