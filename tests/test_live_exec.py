@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,4 +131,29 @@ def test_exec_runs_in_a_live_replays_ue(tmp_path: Path) -> None:
     assert json.loads((run_dir / "manifest.json").read_text())["doctor"]["verdict"] in ("ok", "warn", "bad")
     # Once the run has ended, exec refuses, saying why.
     after = clawbed_exec(str(run_dir), "ue", "--", "ip", "addr")
+    assert after.returncode == 2 and "not live" in after.stderr, after.stderr
+
+
+@pytest.mark.root
+def test_exec_runs_in_a_live_emu_run(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    out = tmp_path / "emu"
+    shell = subprocess.Popen([CLAWBED, "emu", "run", "--rate", "12mbit", "--out", str(out), "--", "sleep", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ping = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the cell is up: the UE has its TUN
+            ping = subprocess.run([CLAWBED, "exec", str(out), "ue", "--", "ping", "-c", "1", "-W", "5", "10.64.0.1"],
+                                  capture_output=True, text=True, timeout=60)
+            if ping.returncode == 0:
+                break
+            time.sleep(0.5)
+        assert ping is not None and ping.returncode == 0, (ping.stdout, ping.stderr) if ping else None
+        assert "1 received" in ping.stdout
+    finally:
+        shell.send_signal(signal.SIGINT)  # the emulator shell stops everything on Ctrl-C
+        shell.communicate(timeout=60)
+    after = subprocess.run([CLAWBED, "exec", str(out), "ue", "--", "true"], capture_output=True, text=True, timeout=60)
     assert after.returncode == 2 and "not live" in after.stderr, after.stderr
