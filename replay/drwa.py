@@ -44,6 +44,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,10 @@ _FLOW = struct.Struct("=QQIIB7x")
 _KEY0 = struct.pack("=I", 0)
 _TCP_ESTABLISHED = 1
 _EXT_INFO = 1 << (2 - 1)
+
+
+#: (UE address, UE port, peer address, peer port) → whether DRWA drives that flow.
+FlowSelector = Callable[[tuple[str, int, str, int]], bool]
 
 
 def drwa_name(run_id: str, ue_id: int = 0) -> str:
@@ -171,8 +176,11 @@ class Drwa:
 
     def __init__(self, *, netns: str, dev: str, run_id: str, run_dir: Path | str, ue_id: int = 0,
                  params: DrwaParams | None = None, ledger: Ledger | None = None, obj_dir: Path | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, select: FlowSelector | None = None) -> None:
         self.netns, self.dev = netns, dev
+        #: Which of the UE's flows DRWA drives (None: all): a background flow keeps its own
+        #: window setting beside the page's (``replay/flows.py``).
+        self.select = select
         self.params = params or DrwaParams()
         self.params.check()
         self.name = drwa_name(run_id, ue_id)
@@ -237,6 +245,8 @@ class Drwa:
             if info is None:
                 continue
             flow = (msg["idiag_src"], msg["idiag_sport"], msg["idiag_dst"], msg["idiag_dport"])
+            if self.select is not None and not self.select(flow):
+                continue  # no window written: the program leaves the flow's ACKs alone
             seen.add(flow)
             est = self.flows.get(flow)
             if est is None:
