@@ -17,6 +17,9 @@ them (Mahimahi-style: each adds one source of load, none knows of the others):
   number of bytes (the sender below, seeded);
 - :class:`OtherUeBulk` — a bulk iperf3 download from the core namespace to UE ``i`` ≥ 1;
 - :class:`OtherUePage` — periodic page-sized downloads from the core namespace to UE ``i``.
+- :class:`UeFlow` — a flow on the replay's own UE (bulk, on/off or Poisson transfers from the
+  core namespace), beside its page in its base-station queue, with a receive buffer of its own
+  (``rmem``); ``replay/flows.py`` adds DRWA and each flow's figures per load.
 
 Every activity runs a transport scheme (``clawbed.claw.schemes``) through the same verbs a
 replay's load does, without asking which scheme it is: ``setup`` (namespace default left
@@ -34,6 +37,11 @@ The on/off sender and its sink are this module run as a program::
     python -m clawbed.orchestrator.network.crosstraffic sink --address A --port P
     python -m clawbed.orchestrator.network.crosstraffic send --address A --port P --seed S \\
         --flows N --mean-bytes B --sigma 1.0 --mean-off-ms M --cc cubic --log transfers.jsonl
+
+``send --arrivals poisson --rate-per-s R`` starts transfers at Poisson arrivals instead (open
+loop), ``--arrivals bulk`` keeps one connection sending; ``--sizes B1,B2`` draws each transfer's
+size from a list; ``--progress-log`` adds running totals from TCP_INFO (bytes acknowledged,
+retransmissions, the window offered); ``sink --rcvbuf BYTES`` fixes every connection's receive buffer.
 
 Layering: this package builds on the emulator and the schemes and knows nothing of pages or
 replays; the replay that uses it says how large a page is (:func:`build_activities`).
