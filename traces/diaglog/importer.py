@@ -249,11 +249,12 @@ def import_mobileinsight(path: Path, *, bandwidth_mhz: float = 20.0, n_antennas:
         path_info["inferred_layouts"] = {"0xB173 v48": "v36's (docs/diag-log-format.md §2.5, inferred "
                                          "from one log; not a published layout)"}
     fit_rows = np.flatnonzero(valid & (tbs >= MIN_FIT_TBS_BITS))
+    logged_rows = np.flatnonzero(valid)
     return _finish(path, data, log, columns, record_rows, anchors, t0=t0, start_sfn=start_sfn,
                    duration=duration, n_rb=n_rb, bandwidth_mhz=bandwidth_mhz, n_antennas=n_antennas,
                    cell=cell, dci_path=dci_path, dci_kind=dci_kind, mapping=mapping, path_info=path_info,
                    coverage_extra={"timing_reanchors": reanchors, "repeated_subframe_records": repeated},
-                   fit=(fit_rows, two))
+                   fit=(fit_rows, two, (logged_rows, mcs[logged_rows])))
 
 
 def _measurements(log: DiagLog, cell: int, anchors: list[tuple[float, int]], t0: int,
@@ -283,10 +284,11 @@ def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray
             anchors: list[tuple[float, int]], *, t0: int, start_sfn: int, duration: int, n_rb: int,
             bandwidth_mhz: float, n_antennas: int, cell: int, dci_path: Path | None, dci_kind: str | None,
             mapping: str, path_info: dict[str, Any], coverage_extra: dict[str, Any],
-            fit: tuple[np.ndarray, np.ndarray] | None = None) -> Trace:
+            fit: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None) -> Trace:
     """The common tail: measurements, the channel where the UE was not scheduled (``fit``:
-    the rows of its link-adapted blocks and where it had two; None: the MCS is already
-    the measurements', only marked), other users' RBs, coverage, provenance, the trace."""
+    the rows of its link-adapted blocks, where it had two, and (rows, MCS) of every block it
+    got with an MCS; None: the MCS is already the measurements', only marked), other users'
+    RBs, coverage, provenance, the trace."""
     stats = log.stats
     versions = {k: v for k, v in stats.decoded.items()}
     own = columns["own_rbs"]
@@ -295,9 +297,9 @@ def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray
         "snr_db": np.array(snr, dtype=np.float64), "rsrq_db": _in_range(rsrq, "rsrq_db"),
         "rsrp_dbm": _in_range(rsrp, "rsrp_dbm")})
     if fit is not None:
-        fit_rows, two = fit
+        fit_rows, two, logged = fit
         columns["mcs"], layers, source, channel = channelfit.fill(
-            columns["mcs"], columns.get("layers"), fit_rows, meas, two=two)
+            columns["mcs"], columns.get("layers"), fit_rows, meas, two=two, logged=logged)
         if layers is not None:
             columns["layers"] = layers
     else:
