@@ -145,6 +145,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         for r in run.records:
             used[r.protocol or "unknown"] = used.get(r.protocol or "unknown", 0) + 1
         console.print("protocol of the loads: " + ", ".join(f"{p} ({n} load(s))" for p, n in used.items()))
+        for line in run.flows.summary():  # the background flows on the UE (flows.csv in the run directory)
+            console.print(f"flow {line}")
         console.print(f"{len(run.records)} load(s) in {elapsed:.0f} s; timing: {run.late_reruns} load(s) run again "
                       f"because the emulator fell behind, {flagged} kept flagged; report: {report}")
     if interrupted:
