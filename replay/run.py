@@ -631,7 +631,7 @@ class Replay:
         self._roles = {"namespaces": {**{f"ue{u.index}": u.ns.name for u in topo.ues}, "core": topo.core.name,
                                       "server": server_ns.name},
                        "tuns": {**{f"ue{u.index}": u.tun for u in topo.ues}, "core": topo.core.tun}}
-        self.on_event(ReplayEvent("ready", len(plan), message=describe_made(self._record_made(), self.name)))
+        self.on_event(ReplayEvent("ready", len(plan), message=describe_made(self._record_made(), self.run_dir.path)))
 
         for index, (round_, scheme_name) in enumerate(plan):
             emu.check_alive()

@@ -47,7 +47,7 @@ from clawbed import __version__
 from clawbed.errors import InputError
 from clawbed.files import atomic_write
 from clawbed.netns import Ledger
-from clawbed.paths import REPO_ROOT
+from clawbed.paths import REPO_ROOT, runs_dir
 from clawbed.replay.records import CSV_COLUMNS, LoadRecord
 
 MANIFEST = "manifest.json"
@@ -169,9 +169,10 @@ def resources_made(ledger_path: Path, run_id: str, roles: Mapping[str, Mapping[s
             "processes": processes}
 
 
-def describe_made(made: Mapping[str, Any], run_name: str) -> str:
+def describe_made(made: Mapping[str, Any], run_dir: Path) -> str:
     """One line on what a run made: run id, namespaces by role, the PIDs of its processes, and
-    how to run a command in its UE."""
+    how to run a command in its UE (the run named by its name when it is in the runs folder)."""
+    run_name = run_dir.name if run_dir.parent == runs_dir().resolve() else str(run_dir)
     namespaces = made.get("namespaces", {})
     roles = ", ".join(f"{role} {name}" for role, name in namespaces.items())
     latest: dict[str, Any] = {}

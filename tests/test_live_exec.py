@@ -17,6 +17,7 @@ import pytest
 from clawbed.errors import InputError
 from clawbed.live import exec_argv, find_run, read_run
 from clawbed.netns import Ledger
+from clawbed.paths import runs_dir
 from clawbed.replay.run import Replay, ReplayConfig, ReplayEvent
 from clawbed.replay.rundir import describe_made, resources_made
 
@@ -77,9 +78,10 @@ def test_made_names_roles_links_and_pids(tmp_path: Path) -> None:
     assert made["all_namespaces"] == ["cbab12core", "cbab12u0", "cbab12u1"]
     assert made["links"] == [{"name": "cbab12v0", "netns": "cbab12gw"}]
     assert {"name": "nginx-10.64.0.1-443", "pid": 4242, "netns": "cbab12core"} in made["processes"]
-    line = describe_made(made, "my-run")
+    line = describe_made(made, tmp_path / "my-run")
     assert "run id ab12" in line and "ue0 cbab12u0" in line and "clawbed-emu 77" in line
-    assert "clawbed exec my-run ue -- CMD" in line
+    assert f"clawbed exec {tmp_path / 'my-run'} ue -- CMD" in line  # outside the runs folder: its path
+    assert "clawbed exec my-run ue -- CMD" in describe_made(made, runs_dir().resolve() / "my-run")
 
 
 @pytest.mark.root
