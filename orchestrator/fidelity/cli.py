@@ -24,7 +24,7 @@ def _console() -> Console:
 
 @click.group()
 def fidelity() -> None:
-    """The fidelity suite: the 27 rows of docs/fidelity-table.md as experiments, against the papers."""
+    """The fidelity suite: the rows of docs/fidelity-table.md (the papers' 27, and real cells) as experiments."""
 
 
 @fidelity.command("run")

@@ -31,9 +31,9 @@ RUN_ID_PREFIX = "f"
 
 
 def experiment_for(name: str) -> Callable[[RowContext], Outcome]:
-    from clawbed.orchestrator.fidelity import bulk, pageloads, wwan
+    from clawbed.orchestrator.fidelity import bulk, pageloads, realcells, wwan
 
-    table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS, **wwan.EXPERIMENTS}
+    table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS, **wwan.EXPERIMENTS, **realcells.EXPERIMENTS}
     if name not in table:
         raise ClawbedError(f"experiment {name!r} is not defined (known: {', '.join(sorted(table))})")
     return table[name]
