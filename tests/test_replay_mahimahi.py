@@ -514,3 +514,71 @@ def test_replay_of_a_recording_over_the_cell(clawbed_cli: Path, recording: Path,
     assert site["root"] == ROOT and site["name"] == "mahimahi:recorded-site"
     assert json.loads((run_dir / "manifest.json").read_text())["status"] == "complete"
     assert "PLT per scheme" in proc.stdout
+
+
+# -- a site recorded over plain http://, two objects fetched after onload (root) ---------------
+
+SHOP = "http://shop.test/"
+#: What an onload handler fetches 100 ms after the load event (as a page's deferred images).
+LATE = ("http://shop.test/img/late1.png", "http://shop.test/img/late2.png")
+SHOP_HTML = ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>shop</title><link rel="icon" href="data:,">'
+             '<link rel="stylesheet" href="/css/shop.css"></head><body><div class="hero"></div>'
+             '<img src="/img/a.png" alt=""><img src="/img/b.png" alt="">'
+             + "<p>" + "an item of the shop " * 300 + "</p>"
+             + '<script src="/js/shop.js"></script><script>addEventListener("load", function () {'
+             'setTimeout(function () {' + "".join(
+                 f'var i{n} = new Image(); i{n}.src = "{urlsplit(u).path}"; document.body.appendChild(i{n});'
+                 for n, u in enumerate(LATE)) + "}, 100); });</script></body></html>").encode()
+SHOP_CSS = b'.hero{width:40px;height:40px;background-image:url("/img/bg.png")}\n' + b".x{margin:0}\n" * 200
+SHOP_JS = (b'var c = document.createElement("img"); c.src = "/img/c.png"; document.body.appendChild(c);\n'
+           + b"".join(b"var w%d = %d;\n" % (i, i) for i in range(300)))
+
+
+def shop_exchanges() -> list[Exchange]:
+    """Nine objects over http:// only (as mm-webrecord recorded a site with headless Chromium):
+    the document, a stylesheet with a background image, a script inserting an image, two
+    images, and two images its onload handler fetches later."""
+    return [
+        Exchange(SHOP, content_type="text/html; charset=utf-8", body=SHOP_HTML),
+        Exchange("http://shop.test/css/shop.css", content_type="text/css", body=SHOP_CSS),
+        Exchange("http://shop.test/js/shop.js", content_type="application/javascript", body=SHOP_JS),
+        Exchange("http://shop.test/img/a.png", content_type="image/png", body=_png(11, 80)),
+        Exchange("http://shop.test/img/b.png", content_type="image/png", body=_png(12, 70)),
+        Exchange("http://shop.test/img/bg.png", content_type="image/png", body=_png(13, 50)),
+        Exchange("http://shop.test/img/c.png", content_type="image/png", body=_png(14, 60)),
+        Exchange(LATE[0], content_type="image/png", body=_png(15, 120)),
+        Exchange(LATE[1], content_type="image/png", body=_png(16, 110)),
+    ]
+
+
+def test_a_plain_http_recording_is_reported_as_it_was_loaded(clawbed_cli: Path, tmp_path: Path) -> None:
+    """A recorded site over http:// (issue 21): the run's header names the protocol the loads
+    really use (HTTP/1.1 over plain HTTP, not the HTTP/2 offered on TLS); the server's TCP
+    sampler watches port 80 too, so every load has a TCP series; and every load counts the
+    same objects — those fetched after onload included — not whichever won a race."""
+    _needs_root()
+    exchanges = shop_exchanges()
+    folder = write_recording(tmp_path / "recorded-shop", exchanges)
+    sizes = {e.url: len(e.body) for e in exchanges}
+    proc = subprocess.run([str(clawbed_cli), "replay", "--trace", str(TRACE), "--page", f"mahimahi:{folder}",
+                           "--runs-dir", str(tmp_path / "runs"), "--name", "shop", "--schemes", "cubic", "--runs", "2",
+                           "--loader", "browser", "--http", "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    said = " ".join(proc.stderr.split())  # the console wraps long lines
+    assert "browser loader, HTTP/1.1 over plain HTTP" in said and "loader, HTTP/2" not in said, said
+    assert "protocol of the loads: http/1.1 (2 load(s))" in said, said
+    run_dir = tmp_path / "runs" / "shop"
+    records = read_results(run_dir)
+    assert len(records) == 2
+    for r in records:
+        assert r.ok and r.protocol == "http/1.1", r.error
+        # The TCP series of the load's port-80 flows (the sampler watched 443 only before).
+        tcp = (run_dir / r.load_dir / "tcp.csv").read_text().splitlines()
+        assert len(tcp) > 1 and r.flows and r.flows >= 1, (r.load, len(tcp), r.flows)
+        # Every object, the two fetched after onload too, in every load.
+        objects = {o["url"]: o["bytes"] for o in r.objects}
+        assert objects == sizes, (r.load, sorted(set(sizes) - set(objects)))
+        assert r.n_objects == len(exchanges) and r.bytes_total == sum(sizes.values())
+        assert all(o["protocol"] == "http/1.1" for o in r.objects)
+        late = [o for o in r.objects if o["url"] in LATE]
+        assert all(o["start_ms"] > r.plt_ms for o in late), (r.plt_ms, late)  # really after onload

@@ -14,6 +14,7 @@ import pytest
 from clawbed.netns import Endpoint, Namespace, ResourceError, Resources, new_run_id
 from clawbed.replay.loaders import LoaderWorker, LoadResult, run_load
 from clawbed.replay.pages import Page, get_page
+from clawbed.replay.rundir import read_results
 from clawbed.replay.webserver import WebServer
 
 pytestmark = pytest.mark.root
@@ -261,3 +262,45 @@ def test_http1_connections_per_host_the_browser_honours_six_only(pair, tmp_path:
         assert_complete(worker.load(url, 60), page, "http/1.1")
     assert 6 < len({r.connection for r in web.requests()[before:]}) <= 12
 
+
+
+def _wire_bytes(run_dir: Path) -> int:
+    """Payload bytes the server's TCP flows got acknowledged over the run's loads (each flow's
+    last sample of bytes_acked, from the kernel's tcp_info)."""
+    import csv
+
+    total = 0
+    for tcp in sorted(run_dir.glob("loads/*/tcp.csv")):
+        if "." in tcp.parent.name:  # a discarded attempt (the emulator fell behind): not a kept load
+            continue
+        last: dict[str, int] = {}
+        with tcp.open() as f:
+            for row in csv.DictReader(f):
+                last[row["flow"]] = int(row["bytes_acked"])
+        total += sum(last.values())
+    return total
+
+
+def test_gzip_on_shrinks_the_bytes_on_the_wire_over_the_cell(clawbed_cli: Path, tmp_path: Path) -> None:
+    """A compressible page (a folder of text) replayed over the emulated cell with --gzip and
+    without: the server's TCP flows carry far fewer bytes with it, and both runs' loads are
+    complete with the same decoded bytes."""
+    files = _text_page(tmp_path / "text")
+    trace = Path(__file__).resolve().parent.parent / "traces" / "samples" / "busy-cell.cbt"
+    wire: dict[str, int] = {}
+    decoded: dict[str, int] = {}
+    for flag in ("--gzip", "--no-gzip"):
+        name = flag.strip("-")
+        proc = subprocess.run([str(clawbed_cli), "replay", "--trace", str(trace), "--page", f"dir:{tmp_path / 'text'}",
+                               "--runs-dir", str(tmp_path / "runs"), "--name", name, "--schemes", "cubic",
+                               "--runs", "1", "--loader", "h2", flag], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        (record,) = read_results(tmp_path / "runs" / name)
+        assert record.ok, record.error
+        decoded[name] = sum(o["decoded_bytes"] for o in record.objects)
+        wire[name] = _wire_bytes(tmp_path / "runs" / name)
+    total = sum(len(v) for v in files.values())
+    assert decoded == {"gzip": total, "no-gzip": total}
+    # The files (the last ACKs may land after the sampler's last 10 ms sample).
+    assert wire["no-gzip"] >= 0.9 * total, wire
+    assert wire["gzip"] < wire["no-gzip"] / 3, wire
