@@ -63,7 +63,8 @@ DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
               help="a deliberate slowdown: add this many ms to every server → UE packet's core delay (to "
                    "calibrate a regression check)")
 @click.option("--rerun-late/--no-rerun-late", default=True, show_default=True,
-              help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms")
+              help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms "
+                   "(with --keep-connections it is kept, flagged: a rerun would be a warm load)")
 @click.option("--capture-server", is_flag=True,
               help="capture the server's device into <run dir>/server.pcap (for `clawbed analyze bandwidth`)")
 @click.option("--idle-before-s", type=float, default=0.0, show_default=True,
