@@ -26,7 +26,8 @@ DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
 @click.option("--trace", "trace", type=click.Path(path_type=Path), default=DEFAULT_TRACE, show_default=True,
               help=f"what drives the cell: {ACCEPTED}, imported on the fly")
 @click.option("--page", default="profile", show_default=True,
-              help="a named page (profile, image-2mb, set-01..set-20) or a recorded site: mahimahi:DIR[@URL]")
+              help="a named page (profile, image-2mb, set-01..set-20), a recorded site: mahimahi:DIR[@URL], "
+                   "or a folder of your own files: dir:PATH[@INDEX] (INDEX default index.html)")
 @click.option("--schemes", default="claw,cubic", show_default=True,
               help=f"comma-separated schemes, loaded in turn: {', '.join(scheme_names())}")
 @click.option("--runs", type=int, default=5, show_default=True, help="loads per scheme")
