@@ -453,6 +453,17 @@ class Spec(_Strict):
                                      f"carry the next scheme's load)")
         return self
 
+    @model_validator(mode="after")
+    def _browser_connections(self) -> Spec:
+        # Chromium's HTTP/1.1 connections per host are fixed: refused at load time, not mid-suite.
+        for m in self.all_matrices():
+            for i, c in enumerate(m.conditions):
+                if self.loader == "browser" and c.h1_connections_per_host != 6:
+                    raise ValueError(f"condition {c.name or f'c{i}'}: h1_connections_per_host "
+                                     f"{c.h1_connections_per_host}: the browser loader cannot set it (Chromium opens "
+                                     f"up to 6 per host, and no switch of it changes that); use loader: h2")
+        return self
+
     def all_matrices(self) -> list[Matrix]:
         """``matrix`` or each of ``matrices``."""
         return [self.matrix] if self.matrix is not None else list(self.matrices or [])

@@ -261,3 +261,20 @@ def test_replay_refuses_what_a_loader_or_page_cannot_take(tmp_path: Path) -> Non
     folder = write_recording(tmp_path / "rec", [Exchange("https://a.test/")])
     with pytest.raises(InputError, match="--gzip: the page mahimahi:.* is a recorded site"):
         ReplayConfig(**{**base, "page": f"mahimahi:{folder}"}, gzip=True).check()
+
+
+def test_a_suite_refuses_browser_connections_per_host_at_load_time(tmp_path: Path) -> None:
+    import yaml
+
+    from clawbed.orchestrator.spec import SpecError, load_spec
+
+    def spec(loader: str) -> Path:
+        path = tmp_path / f"{loader}.yaml"
+        path.write_text(yaml.safe_dump({"suite": "t", "loader": loader, "matrix": {
+            "traces": ["busy-cell"], "pages": ["set-01"], "schemes": ["cubic"],
+            "conditions": [{"name": "two", "h1_connections_per_host": 2, "gzip": True}]}}))
+        return path
+
+    assert load_spec(spec("h2"))
+    with pytest.raises(SpecError, match="condition two: h1_connections_per_host 2: the browser loader cannot set it"):
+        load_spec(spec("browser"))
