@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,7 +285,7 @@ UE_SYSCTLS: dict[str, str] = {
 }
 
 
-def ue_sysctls(era: StackEra, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+def ue_sysctls_for(era: StackEra, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """What the UE namespace gets: :data:`UE_SYSCTLS`, then the era's, then the user's."""
     return {**UE_SYSCTLS, **era.sysctl_values(), **(overrides or {})}
 
@@ -357,17 +357,20 @@ class AppliedStack:
     offloads: dict[str, dict[str, str]] = field(default_factory=dict)
     #: module/parameter → {"value", "previous", "written": "yes"/"no"}; global to the kernel.
     module_params: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The server's era sysctls (and the user's), set at each load with the scheme's common ones.
+    per_load_sysctls: dict[str, str] = field(default_factory=dict)
     _undo: list[Callable[[], None]] = field(default_factory=list, repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {"end": self.end, "era": self.era, "namespace": self.namespace, "device": self.device,
                 "sysctls": self.sysctls, "routes": self.routes, "offloads": self.offloads,
-                "module_params": self.module_params,
+                "module_params": self.module_params, "per_load_sysctls": self.per_load_sysctls,
                 "module_params_note": "global to the kernel (every namespace), restored at the end"}
 
     def summary(self) -> str:
         """One line for the terminal: what was set."""
         parts = [f"{k.rpartition('.')[2]}={v['value']}" for k, v in self.sysctls.items()]
+        parts += [f"{k.rpartition('.')[2]}={v} (each load)" for k, v in self.per_load_sysctls.items()]
         parts += [f"route {r['route']}" for r in self.routes]
         parts += [f"{k} {v['value']}" for k, v in self.offloads.items()]
         changed = [f"{k}={v['value']} (was {v['previous']})" for k, v in self.module_params.items()
@@ -479,3 +482,33 @@ def _apply_module_params(era: StackEra, applied: AppliedStack, base: Path) -> No
             if path.read_text().strip() == ours:  # another run's value since then stays
                 path.write_text(found)
         applied._undo.append(undo)
+
+
+def server_overrides(server_stack: str, server_sysctls: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The server sysctls a scheme sets over its common ones: the era's, then the user's."""
+    return {**get_era(server_stack, "--server-stack").sysctl_values(), **(server_sysctls or {})}
+
+
+def set_both_ends(server_ns: Namespace, server_device: str | None, ues: Sequence[tuple[Namespace, str]], *,
+                  server_stack: str = "current", ue_stack: str = "current",
+                  ue_sysctls: Mapping[str, str] | None = None,
+                  ue_offloads: Mapping[str, str] | None = None,
+                  server_sysctls: Mapping[str, str] | None = None) -> list[AppliedStack]:
+    """The server's era (its routes and Cubic's parameters; its sysctls are set with the
+    scheme's, :func:`server_overrides`) and each UE's whole stack (defaults, era, the user's
+    sysctls and offloads on its TUN). The caller restores each (last first); on a failure what
+    was set is undone here."""
+    server_era, ue_era = get_era(server_stack, "--server-stack"), get_era(ue_stack, "--ue-stack")
+    done: list[AppliedStack] = []
+    try:
+        server = apply_stack(server_ns, end="server", era=server_era, device=server_device, sysctls={})
+        server.per_load_sysctls = server_overrides(server_stack, server_sysctls)
+        done.append(server)
+        for ns, device in ues:
+            done.append(apply_stack(ns, end="ue", era=ue_era, device=device, sysctls=ue_sysctls_for(ue_era, ue_sysctls),
+                                    offloads=check_offloads(ue_offloads or {})))
+    except BaseException:
+        for applied in reversed(done):
+            applied.restore()
+        raise
+    return done

@@ -90,6 +90,7 @@ from clawbed.replay.rundir import (
     write_zstd_lines,
 )
 from clawbed.replay.sampler import DEFAULT_PERIOD_S, SAMPLE_COLUMNS, TcpSampler
+from clawbed.tcpstack import server_overrides, set_both_ends
 from clawbed.traces.inputs import as_trace, needs_import
 from clawbed.traces.io import read_trace
 
@@ -215,6 +216,14 @@ class ReplayConfig:
     #: Server sysctls over the schemes' common ones (``clawbed.claw.server.sysctls``), e.g. the
     #: SPDY paper's servers' ``net.ipv4.tcp_slow_start_after_idle = 1``; set for each load.
     server_sysctls: dict[str, str] = field(default_factory=dict)
+    #: Both ends' TCP as a kernel era had it (``clawbed/tcpstack.py``, docs/tcp-stacks.md): the
+    #: server's era goes under ``server_sysctls``; ``current``: this kernel as it is.
+    server_stack: str = "current"
+    ue_stack: str = "current"
+    #: The UE's sysctls over its defaults and its era's (``tcpstack.UE_SYSCTLS``), and its TUN's
+    #: offloads (``{"gro": "off"}``).
+    ue_sysctls: dict[str, str] = field(default_factory=dict)
+    ue_offloads: dict[str, str] = field(default_factory=dict)
     #: Run the emulator's clock and writer on a CPU of their own and the run's other processes
     #: on the rest (``replay/cpus.py``: why, and what it costs): True with two CPUs or more,
     #: None (auto) with :data:`cpus.AUTO_MIN_CPUS` or more, False never.
@@ -592,6 +601,7 @@ class Replay:
                                                  **emu_fields)
         emu = Emulator(res, emu_config).start()
         self.emulator_pid = emu.pid
+        self._set_stacks(res, ue, server_ns, server_device)  # the TUNs and their routes exist now
         ue_drwa = None
         if cfg.drwa or self.flows.wants_drwa:  # on the UE's TUN, which the emulator made; removed with the run
             # One controller for the UE: the page's connections with --drwa, and the flows that ask.
@@ -644,7 +654,7 @@ class Replay:
                 ctx = SchemeContext(resources=res, run_dir=load_dir, server_ns=server_ns,
                                     server_address=str(server_address), server_device=server_device,
                                     ues=[endpoint], feedback_period_ms=cfg.feedback_period_ms,
-                                    client_args=client_args, sysctls=dict(cfg.server_sysctls))
+                                    client_args=client_args, sysctls=server_overrides(cfg.server_stack, cfg.server_sysctls))
                 record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
                                                     trace_ms, emu.seek)
                 mark = time.monotonic()
@@ -714,6 +724,20 @@ class Replay:
         made = resources_made(self.run_dir.ledger_path, self.run_id, self._roles)
         self.run_dir.write_manifest(made=made)
         return made
+
+    def _set_stacks(self, res: Resources, ue: Any, server_ns: Any, server_device: str) -> None:
+        """Both ends' TCP stacks (clawbed/tcpstack.py): the UE's sysctls, routes and offloads, the
+        server's routes, Cubic's kernel-wide parameters; said on the terminal and in the manifest
+        (``tcp_stacks``), undone with the run's resources."""
+        cfg = self.config
+        applied = set_both_ends(server_ns, server_device, [(ue.ns, ue.tun)], server_stack=cfg.server_stack,
+                                ue_stack=cfg.ue_stack, ue_sysctls=cfg.ue_sysctls, ue_offloads=cfg.ue_offloads,
+                                server_sysctls=cfg.server_sysctls)
+        for one in applied:
+            res.callback(one.restore)
+        self.run_dir.write_manifest(tcp_stacks={a.end: a.describe() for a in applied})
+        for one in applied:
+            self.on_event(ReplayEvent("note", len(cfg.plan()), message=one.summary()))
 
     def _wired_link(self, topo: Topology) -> tuple[Impairment | None, float | None]:
         """Probe netem once in the run's core namespace and decide how the wired link's

@@ -27,6 +27,7 @@ from typing import Any, Literal, TypeVar
 
 import click
 
+from clawbed import tcpstack
 from clawbed.claw.server.sysctls import check_overrides
 from clawbed.emulator.config import check_policy, parse_rate_bps
 from clawbed.emulator.policies import POLICIES, default_policy, policy_names
@@ -221,6 +222,20 @@ def _sysctls(value: Any) -> dict[str, str]:
     return table
 
 
+def _ue_sysctls(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError("a table of sysctl: value")
+    table = {str(k): str(v) for k, v in value.items()}
+    tcpstack.check_sysctls(table)
+    return table
+
+
+def _ue_offloads(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ValueError("a table of offload: on|off")
+    return tcpstack.check_offloads(value)
+
+
 def _ue_rmem(value: Any) -> str | int:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise ValueError(f"{value!r}: a phone, PHONE:NETWORK, bytes or MIN,DEFAULT,MAX")
@@ -274,6 +289,20 @@ register(Setting("rsrq_noise_db", "RSRQ measurement noise σ, dB (default 0.5)",
 register(Setting("server_sysctls", "a server sysctl (net.ipv4.* / net.core.*) over the schemes' common ones, "
                                    "repeatable, e.g. net.ipv4.tcp_slow_start_after_idle=1",
                  check=_sysctls, parse=parse_key_value, kind="table", metavar="KEY=VALUE", part="server"))
+register(Setting("server_stack", f"the server's TCP as a kernel of that era had it: {', '.join(tcpstack.ERAS)} "
+                                 f"(sysctls, route options, Cubic's parameters; default current: this kernel as "
+                                 f"it is; docs/tcp-stacks.md)",
+                 check=tcpstack.check_era, default="current", metavar="ERA", part="server"))
+register(Setting("ue_stack", f"the UE's TCP as a phone kernel of that era had it: {', '.join(tcpstack.ERAS)} "
+                             f"(default current; docs/tcp-stacks.md)",
+                 check=tcpstack.check_era, default="current", metavar="ERA", part="ue"))
+register(Setting("ue_sysctls", "a UE sysctl (net.ipv4.* / net.core.*) over the UE's defaults and its era's, "
+                               "repeatable, e.g. net.ipv4.tcp_comp_sack_nr=0",
+                 check=_ue_sysctls, parse=parse_key_value, kind="table", metavar="KEY=VALUE", part="ue"))
+register(Setting("ue_offloads", f"an offload of the UE's TUN on or off ({', '.join(tcpstack.OFFLOAD_FEATURES)}), "
+                                f"repeatable, e.g. gro=off (which also stops the emulator's merged, GRO-like "
+                                f"writes to the UEs); default: the TUN's own (gro, gso, tso on)",
+                 check=_ue_offloads, parse=parse_key_value, kind="table", metavar="NAME=on|off", part="ue"))
 register(Setting("ue_rmem", "cap the UE's TCP receive buffer as a phone of BB12's table did (galaxy-s2, "
                             "htc-evo-shift, droid-charge, lg-g2x; e.g. galaxy-s2:hspa+), at BYTES, or all three "
                             "tcp_rmem values MIN,DEFAULT,MAX (default 4096,131072,8MiB)",
@@ -361,6 +390,10 @@ def emulator_fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
         ue["cell"] = ue_cell
     if values.get("uplink_rate") is not None:
         ue["uplink_rate"] = values["uplink_rate"]
+    if (values.get("ue_offloads") or {}).get("gro") == "off":
+        # The emulator's merged writes to a UE's TUN are GRO's work done for it
+        # (emulator/dataplane/src/offload.rs): without GRO every segment is its own packet.
+        fields["tun_offload"] = False
     return fields, ue
 
 

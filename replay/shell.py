@@ -5,6 +5,7 @@ policies. It lives in the replay layer because a scheme, DRWA and the UE's TCP s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -20,6 +21,7 @@ from clawbed.emulator.topology import CellTopology
 from clawbed.errors import InputError
 from clawbed.netns import Resources
 from clawbed.replay import drwa, rmem, settings
+from clawbed.tcpstack import server_overrides, set_both_ends
 from clawbed.traces.inputs import ACCEPTED, as_trace
 from clawbed.traces.io import read_trace
 
@@ -127,6 +129,8 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
         click.echo(f"clawbed emu: scheme {scheme}: congestion control {hosts.server_cc} set as {topo.core.name}'s "
                    f"default; UE tcp_rmem {hosts.ue_rmem}"
                    + (f"; settings {settings.describe(shared)}" if settings.describe(shared) else ""), err=True)
+        for line in hosts.stacks:  # what each end's TCP stack setting set (also in tcp-stacks.json)
+            click.echo(f"clawbed emu: {line}", err=True)
         proc = ue.popen(argv, name="command", interactive=True, env=env)
         deadline = time.monotonic() + seconds if seconds else None
         try:
@@ -193,6 +197,8 @@ class HostSettings:
 
     server_cc: str
     ue_rmem: str
+    #: One line per end: what its TCP stack setting set (clawbed/tcpstack.py).
+    stacks: list[str]
 
 
 def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, out_dir: Path, scheme_name: str,
@@ -207,7 +213,8 @@ def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, 
     endpoints = [UeEndpoint(u.ns, str(u.address), u.index, u.tun, emulator.diag_port(u.index)) for u in topo.ues]
     ctx = SchemeContext(resources=res, run_dir=out_dir, server_ns=topo.core.ns, server_address=str(topo.server_address),
                         server_device=topo.core.tun, ues=endpoints, client_args=client_args,
-                        sysctls=dict(shared.get("server_sysctls") or {}))
+                        sysctls=server_overrides(shared.get("server_stack") or "current",
+                                                 shared.get("server_sysctls")))
     scheme = get_scheme(scheme_name)()
     scheme.setup(ctx)
     scheme.start_clients(ctx)
@@ -221,7 +228,15 @@ def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, 
             controller = drwa.Drwa(netns=u.ns.name, dev=u.tun, run_id=f"{res.run_id}{u.index}", run_dir=out_dir,
                                    ledger=res.ledger, log_path=out_dir / f"drwa-ue{u.index}.csv")
             res.callback(controller.close)
-    return HostSettings(server_cc=scheme.server_cc,
+    # Both ends' stacks: the server's routes and Cubic's kernel-wide parameters, every UE's TCP.
+    applied = set_both_ends(topo.core.ns, topo.core.tun, [(u.ns, u.tun) for u in topo.ues],
+                            server_stack=shared.get("server_stack") or "current",
+                            ue_stack=shared.get("ue_stack") or "current", ue_sysctls=shared.get("ue_sysctls"),
+                            ue_offloads=shared.get("ue_offloads"), server_sysctls=shared.get("server_sysctls"))
+    for one in applied:
+        res.callback(one.restore)
+    (out_dir / "tcp-stacks.json").write_text(json.dumps([a.describe() for a in applied], indent=1) + "\n")
+    return HostSettings(server_cc=scheme.server_cc, stacks=[a.summary() for a in applied],
                         ue_rmem=" ".join(str(v) for v in (cap.tcp_rmem if cap is not None else rmem.UNCAPPED)))
 
 
