@@ -31,9 +31,10 @@ RUN_ID_PREFIX = "f"
 
 
 def experiment_for(name: str) -> Callable[[RowContext], Outcome]:
-    from clawbed.orchestrator.fidelity import bulk, pageloads, realcells, wwan
+    from clawbed.orchestrator.fidelity import bulk, pageloads, realcells, reallogs, wwan
 
-    table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS, **wwan.EXPERIMENTS, **realcells.EXPERIMENTS}
+    table = {**bulk.EXPERIMENTS, **pageloads.EXPERIMENTS, **wwan.EXPERIMENTS, **realcells.EXPERIMENTS,
+             **reallogs.EXPERIMENTS}
     if name not in table:
         raise ClawbedError(f"experiment {name!r} is not defined (known: {', '.join(sorted(table))})")
     return table[name]
