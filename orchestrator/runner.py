@@ -96,7 +96,7 @@ def replay_job(job: ReplayJob, on_load: Callable[[LoadRecord], None]) -> None:
     sc, cond = job.scenario, job.scenario.condition
     schemes = list(dict.fromkeys(s for _, s in job.plan))
     config = PlannedConfig(
-        trace=materialize_trace(sc), page=sc.page, schemes=schemes, runs=sc.repetitions,
+        trace=materialize_trace(sc), page=sc.page_source or sc.page, schemes=schemes, runs=sc.repetitions,
         http_version=cond.http, loader=sc.loader,
         wireline_rate=cond.wireline_rate, wired_delay_ms=cond.wired_delay_ms, wired_jitter_ms=cond.wired_jitter_ms,
         wired_loss_pct=cond.wired_loss_pct, wired_reorder_pct=cond.wired_reorder_pct,

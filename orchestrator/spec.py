@@ -121,7 +121,7 @@ class OtherUe(_Strict):
     kind: Literal["page", "bulk"]
     #: The UE's scheme: any registered one (an instance of its own on that UE).
     scheme: Annotated[str, AfterValidator(lambda v: _check_other_ue_scheme(v))] = "cubic"
-    page: Annotated[str, AfterValidator(lambda v: _check_page(v))] = "set-01"
+    page: Annotated[str, AfterValidator(lambda v: _check_named_page(v))] = "set-01"
     #: ``page``: mean think time between the UE's downloads, ms (None: 1 s, a phone reloading).
     off_ms: float | None = Field(None, gt=0, le=3_600_000)
 
@@ -250,10 +250,30 @@ class Condition(_Strict):
         return {name: getattr(self, name) for name in settings.SETTINGS}
 
 
+#: Pages that are folders on disk (a user's files, a Mahimahi recording): a path relative to the spec.
+_PATH_PAGES = (pages.DIR_PREFIX, "mahimahi:")
+
+
 def _check_page(name: str) -> str:
+    if name not in pages.NAMED_PAGES and not (name.startswith(_PATH_PAGES) and len(name.split(":", 1)[1]) > 0):
+        raise ValueError(f"unknown page {name!r}; one of {', '.join(pages.NAMED_PAGES)}, dir:PATH[@INDEX] or "
+                         f"mahimahi:DIR[@URL] (PATH and DIR relative to the spec)")
+    return name
+
+
+def _check_named_page(name: str) -> str:
     if name not in pages.NAMED_PAGES:
         raise ValueError(f"unknown page {name!r}; one of {', '.join(pages.NAMED_PAGES)}")
     return name
+
+
+def resolve_page(name: str, spec_dir: Path) -> str:
+    """A page as the replay takes it: a folder page's path made absolute against the spec's folder."""
+    if not name.startswith(_PATH_PAGES):
+        return name
+    prefix, _, rest = name.partition(":")
+    path, at, tail = rest.partition("@")
+    return f"{prefix}:{(spec_dir / path).resolve()}{at}{tail}"
 
 
 def _check_trace(name: str) -> str:
@@ -540,6 +560,13 @@ def load_spec(path: Path) -> LoadedSpec:
                 raise SpecError(f"{path.name}: {spec.matrix_key(mi)}.traces[{i}]: {trace!r} is neither a sample trace "
                                 f"({', '.join(p.stem for p in sorted(SAMPLE_TRACES.glob('*.cbt')))}), "
                                 f"nor synth:<preset>, nor a file")
+    for mi, matrix in enumerate(spec.all_matrices()):
+        for i, page in enumerate(matrix.pages):
+            if page.startswith(_PATH_PAGES):
+                try:
+                    pages.get_page(resolve_page(page, path.resolve().parent))
+                except InputError as e:
+                    raise SpecError(f"{path.name}: {spec.matrix_key(mi)}.pages[{i}]: {e}") from None
     _check_paper(loaded, path.name)
     return loaded
 
@@ -596,6 +623,8 @@ class Scenario:
     load_timeout_s: float
     #: The trace file (for ``synth:`` traces: where it is generated, see :func:`materialize_trace`).
     trace_path: Path = field(compare=False)
+    #: The page as the replay takes it (a folder page's path absolute; the label keeps the spec's words).
+    page_source: str = field(default="", compare=False)
 
     def settings(self) -> dict[str, Any]:
         """What the id hashes: everything that changes what a load measures."""
@@ -677,7 +706,8 @@ class LoadedSpec:
         return Scenario(id=scenario_id(settings), label=f"{trace}/{page}/{cname}/s{seed}", suite=s.suite, trace=trace,
                         page=page, condition=cond, condition_name=cname, seed=seed, schemes=schemes,
                         repetitions=s.repetitions, loader=s.loader, synth_seconds=s.synth_seconds,
-                        load_timeout_s=s.load_timeout_s, trace_path=path)
+                        load_timeout_s=s.load_timeout_s, trace_path=path,
+                        page_source=resolve_page(page, self.path.parent))
 
 
 def _imported_segment(source: Path, segment: str | None) -> Path:

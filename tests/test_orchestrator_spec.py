@@ -321,3 +321,18 @@ def test_real_cells_in_a_suite_are_imported_and_cut(tmp_path: Path, monkeypatch:
     pixel = next(s for s in scenarios if "PixelXL" in s.trace and s.page == "profile")
     trace = read_trace(materialize_trace(pixel))
     assert trace.duration_ms == 5000 and trace.metadata["provenance"]["segment"]["from_ms"] == 4000
+
+
+def test_a_suite_serves_a_folder_of_its_own(tmp_path: Path) -> None:
+    """dir: and mahimahi: pages are paths relative to the spec; a missing one names its key."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<html><body>hi</body></html>")
+    spec = {"suite": "t", "matrix": {"traces": ["busy-cell"], "pages": ["dir:site", "set-01"], "schemes": ["cubic"]}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    own = next(s for s in load_spec(tmp_path / "s.yaml").scenarios() if s.page == "dir:site")
+    assert own.page_source == f"dir:{site.resolve()}" and own.label.startswith("busy-cell/dir:site/")
+    spec["matrix"]["pages"] = ["dir:nowhere"]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match=r"s.yaml: matrix.pages\[0\]: .*nowhere"):
+        load_spec(tmp_path / "s.yaml")
