@@ -169,17 +169,18 @@ _CUBIC_DEFAULTS = {
 CURRENT = register(StackEra(
     "current", "this machine's kernel (6.x)", "today's Linux TCP, as the testbed's kernel ships it",
     sysctls={
-        "net.ipv4.tcp_recovery": _k(1, "RACK on (4.4); since 4.15 it replaces the RFC 6675 dupthresh "
-                                       "detection for SACK flows"),
-        "net.ipv4.tcp_early_retrans": _k(3, "TLP on (3.10); early retransmit removed in 4.11"),
+        "net.ipv4.tcp_recovery": _k(1, "RACK on (4.4); since 4.18 it replaces the RFC 6675 dupthresh "
+                                       "detection (b38a51fec1c1)"),
+        "net.ipv4.tcp_early_retrans": _k(3, "TLP on (3.10, 6ba8a3b19e76); early retransmit removed in 4.11 "
+                                            "(bec41a11dd3d)"),
         "net.ipv4.tcp_frto": _k(2, "F-RTO on; RFC 5682 implementation since 3.10"),
-        "net.ipv4.tcp_comp_sack_nr": _k(44, "SACK compression (4.18; this sysctl 4.19, default 44)"),
+        "net.ipv4.tcp_comp_sack_nr": _k(44, "SACK compression (4.18; this sysctl 9c21d2fc41c0, default 44)"),
         "net.ipv4.tcp_comp_sack_delay_ns": _k(1_000_000, "1 ms cap of the SACK compression timer (4.18)"),
         "net.ipv4.tcp_autocorking": _k(1, "auto corking (3.14)"),
-        "net.ipv4.tcp_tso_rtt_log": _k(9, "TSO sizes grow with small min_rtt (5.18)"),
+        "net.ipv4.tcp_tso_rtt_log": _k(9, "TSO sizes grow with small min_rtt (5.18, 65466904b015)"),
         "net.ipv4.tcp_limit_output_bytes": _k(4 << 20, "TSQ limit 4 MiB (6.16, commit 9ea3bfa61b09)"),
-        "net.ipv4.tcp_pingpong_thresh": _k(1, "delayed-ACK ping-pong after 1 exchange (3 in 5.1-5.19, "
-                                               "sysctl since 6.7)"),
+        "net.ipv4.tcp_pingpong_thresh": _k(1, "delayed-ACK ping-pong after 1 exchange (3 from 2019, "
+                                               "4a41f453bedf, until the 2022 revert; sysctl since 6.7)"),
     },
     route={"initcwnd": _k(10, "IW10 since 2.6.39")},
     cubic=_CUBIC_DEFAULTS,
@@ -188,10 +189,10 @@ CURRENT = register(StackEra(
 
 #: What the 3.x/4.x eras have in common and no knob of this kernel brings back.
 _CANNOT_OLD = (
-    "tcp_adv_win_scale: ignored since 6.6 (the window is the buffer times a measured scaling_ratio)",
+    "tcp_adv_win_scale: gone since 6.6 (dfa2f0483360: the window is the buffer times a measured scaling_ratio)",
     "HyStart's 5.7 rework (µs clocks, the ACK-train threshold for short RTTs, pacing awareness): code, no switch",
     "the receive side's autotuning changes (4.19-6.x: rcvq_space, receive-queue awareness): code, no switch",
-    "FACK loss detection: retired in 4.15 (tcp_fack is a no-op)",
+    "FACK loss detection: retired in 4.15 (tcp_fack is a no-op since)",
 )
 
 LINUX_4_4 = register(StackEra(
@@ -199,8 +200,8 @@ LINUX_4_4 = register(StackEra(
     "the CLAW paper's server: a 2016 Linux (4.4, e.g. Ubuntu 16.04's kernel)",
     sysctls={
         "net.ipv4.tcp_recovery": _k(1, "RACK added in 4.4 with this default; in 4.4 it only detects lost "
-                                       "retransmissions (whole RACK detection since 4.10, replacing "
-                                       "RFC 6675 since 4.15): the same value, a wider meaning today"),
+                                       "retransmissions (every loss since 4.11, in place of RFC 6675 "
+                                       "since 4.18): the same value, a wider meaning today"),
         "net.ipv4.tcp_early_retrans": _k(3, "TLP (3.10); 4.4's 3 also meant delayed early retransmit, "
                                             "removed in 4.11"),
         "net.ipv4.tcp_frto": _k(2, "RFC 5682 F-RTO since 3.10"),
