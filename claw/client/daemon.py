@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from clawbed.claw.client.analyzer import DEFAULT_IDLE_TIMEOUT_MS, Variant
 from clawbed.claw.client.core import MAX_FEEDBACK_PERIOD_MS, MIN_FEEDBACK_PERIOD_MS, ClientConfig, ClientCore, Step
 from clawbed.claw.client.estimates import EstimateLog
+from clawbed.claw.client.fast import DEFAULT_IMPL, IMPL_ENV, IMPLS, FastClientError, chosen_impl, run_fast
 from clawbed.claw.client.feed import FeedFormatError, LossKind, mi2log_stream
 from clawbed.claw.feedback import ECHO_BYTES, FeedbackRejected, decode_echo, read_key
 from clawbed.errors import ClawbedError, InputError
@@ -460,6 +461,12 @@ def _parser() -> argparse.ArgumentParser:
                                                    "loaded by someone else")
     p.add_argument("--connect-timeout-s", type=float, default=10.0,
                    help="how long to retry the diag feed while it refuses (default 10)")
+    p.add_argument("--client-impl", choices=IMPLS, default=None,
+                   help=f"fast: the compiled client (claw/client-rs, the same outputs at a phone's cost); reference: "
+                        f"this Python one (default: ${IMPL_ENV}, else {DEFAULT_IMPL}; --feed mi2log runs the reference)")
+    p.add_argument("--batch-ms", type=int, default=0,
+                   help="fast client only: read the feed at most once per this many ms (default 0: as it arrives); "
+                        "the estimates and reports are the same, sent up to this much later")
     return p
 
 
@@ -477,6 +484,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--mi2log-port {args.mi2log_port}: must be 1..65535")
     if args.mi2log_port is not None and args.mi2log_device is not None:
         parser.error("give --mi2log-port or --mi2log-device, not both")
+    if not 0 <= args.batch_ms <= 1000:
+        parser.error(f"--batch-ms {args.batch_ms}: must be 0..1000")
     if args.idle_timeout_ms < 1:
         parser.error("--idle-timeout-ms must be at least 1")
     if args.log_period_ms < 1:
@@ -511,6 +520,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     config = config_from_args(args, parser)
+    try:
+        impl = chosen_impl(args.client_impl)
+    except FastClientError as e:
+        parser.error(str(e))
+    if impl == "fast" and args.feed != "json":
+        print(f"claw-client: --feed {args.feed} is decoded by the reference client only: running it", file=sys.stderr)
+        impl = "reference"
+    if impl == "fast":
+        try:
+            return run_fast(args)
+        except (FastClientError, ClawbedError) as e:
+            print(f"claw-client: error: {e}", file=sys.stderr)
+            return 1
     try:
         with contextlib.ExitStack() as stack:
             marker: LossMarker | None = None
