@@ -183,11 +183,6 @@ class Condition(_Strict):
     ue_stack: str = "current"
     ue_sysctls: dict[str, str] = {}
     ue_offloads: dict[str, str] = {}
-    #: Both ends' TCP stack eras, the UE's sysctls and its TUN's offloads (clawbed/tcpstack.py).
-    server_stack: str = "current"
-    ue_stack: str = "current"
-    ue_sysctls: dict[str, str] = {}
-    ue_offloads: dict[str, str] = {}
 
     @field_validator(*(name for name in settings.SETTINGS), mode="before")
     @classmethod
