@@ -18,6 +18,7 @@ offloads, and the stack eras of the server and the UE.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -309,3 +310,30 @@ def test_emu_run_sets_the_ue_stack_and_says_so(tmp_path: Path) -> None:
     recorded = yaml.safe_load((out / "tcp-stacks.json").read_text())
     assert [r["end"] for r in recorded] == ["server", "ue"]
     assert recorded[1]["sysctls"]["net.ipv4.tcp_comp_sack_nr"]["value"] == "0"
+
+
+@pytest.mark.root
+def test_a_replay_sets_both_ends_and_records_them(tmp_path: Path) -> None:
+    """One load of the smallest page: the replay prints each end's stack and records it in its
+    manifest (what was set, what was found), and the server era's sysctls go with the scheme's."""
+    proc = subprocess.run([CLAWBED, "replay", "--trace", str(REPO_ROOT / "traces" / "samples" / "idle-cell.cbt"),
+                           "--page", "set-01", "--schemes", "cubic", "--runs", "1", "--loader", "h2",
+                           "--server-stack", "linux-3.0", "--ue-stack", "android-3.10",
+                           "--ue-sysctl", "net.ipv4.tcp_frto=0", "--runs-dir", str(tmp_path), "--name", "stacks"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    said = proc.stdout + proc.stderr
+    assert "server stack linux-3.0" in said and "ue stack android-3.10" in said
+    manifest = yaml.safe_load((tmp_path / "stacks" / "manifest.json").read_text())
+    stacks = manifest["tcp_stacks"]
+    assert stacks["ue"]["era"] == "android-3.10"
+    assert stacks["ue"]["sysctls"]["net.ipv4.tcp_comp_sack_nr"] == {"value": "0", "previous": "44"}
+    assert stacks["ue"]["sysctls"]["net.ipv4.tcp_frto"]["value"] == "0"
+    assert stacks["ue"]["sysctls"]["net.ipv4.tcp_congestion_control"]["value"] == "cubic"
+    assert "initrwnd 60" in stacks["ue"]["routes"][0]["route"]
+    assert stacks["server"]["per_load_sysctls"]["net.ipv4.tcp_early_retrans"] == "0"
+    assert "initrwnd 20" in stacks["server"]["routes"][0]["route"]
+    assert set(stacks["server"]["module_params"]) == {f"tcp_cubic/{n}" for n in tcpstack.CURRENT.cubic}
+    assert manifest["config"]["server_stack"] == "linux-3.0"
+    (record,) = [json.loads(line) for line in (tmp_path / "stacks" / "results.jsonl").read_text().splitlines()]
+    assert record["ok"], record
