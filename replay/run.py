@@ -601,7 +601,7 @@ class Replay:
                                                  **emu_fields)
         emu = Emulator(res, emu_config).start()
         self.emulator_pid = emu.pid
-        self._set_stacks(res, ue, server_ns, server_device)  # the TUNs and their routes exist now
+        self._set_stacks(res, topo.ues, server_ns, server_device)  # the TUNs and their routes exist now
         ue_drwa = None
         if cfg.drwa or self.flows.wants_drwa:  # on the UE's TUN, which the emulator made; removed with the run
             # One controller for the UE: the page's connections with --drwa, and the flows that ask.
@@ -725,19 +725,22 @@ class Replay:
         self.run_dir.write_manifest(made=made)
         return made
 
-    def _set_stacks(self, res: Resources, ue: Any, server_ns: Any, server_device: str) -> None:
-        """Both ends' TCP stacks (clawbed/tcpstack.py): the UE's sysctls, routes and offloads, the
-        server's routes, Cubic's kernel-wide parameters; said on the terminal and in the manifest
-        (``tcp_stacks``), undone with the run's resources."""
+    def _set_stacks(self, res: Resources, ues: list[Any], server_ns: Any, server_device: str) -> None:
+        """Both ends' TCP stacks (clawbed/tcpstack.py): every UE's sysctls, routes and offloads
+        (the other UEs' too, so none keeps the host's congestion control), the server's routes,
+        Cubic's kernel-wide parameters; said on the terminal and in the manifest (``tcp_stacks``:
+        the server's and the loads' UE's in full), undone with the run's resources."""
         cfg = self.config
-        applied = set_both_ends(server_ns, server_device, [(ue.ns, ue.tun)], server_stack=cfg.server_stack,
+        applied = set_both_ends(server_ns, server_device, [(u.ns, u.tun) for u in ues], server_stack=cfg.server_stack,
                                 ue_stack=cfg.ue_stack, ue_sysctls=cfg.ue_sysctls, ue_offloads=cfg.ue_offloads,
                                 server_sysctls=cfg.server_sysctls)
         for one in applied:
             res.callback(one.restore)
-        self.run_dir.write_manifest(tcp_stacks={a.end: a.describe() for a in applied})
-        for one in applied:
-            self.on_event(ReplayEvent("note", len(cfg.plan()), message=one.summary()))
+        server, ue0, others = applied[0], applied[1], applied[2:]
+        self.run_dir.write_manifest(tcp_stacks={"server": server.describe(), "ue": ue0.describe(),
+                                                "other_ues_same": len(others)})
+        for line in (server.summary(), ue0.summary() + (f" (and on {len(others)} other UEs)" if others else "")):
+            self.on_event(ReplayEvent("note", len(cfg.plan()), message=line))
 
     def _wired_link(self, topo: Topology) -> tuple[Impairment | None, float | None]:
         """Probe netem once in the run's core namespace and decide how the wired link's
