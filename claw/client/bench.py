@@ -126,6 +126,17 @@ def run_preset(trace: Path, out: Path, seconds: float, scenario: str = "bulk") -
     return result
 
 
+def record_feed(out: Path, preset: str, seconds: float) -> Path:
+    """UE 0's diag feed (``diag-ue0.jsonl``) of a real emulator run on sample ``preset`` with
+    a Cubic bulk flow to the UE for ``seconds`` (needs root)."""
+    from clawbed.emulator.process import EmulatedCell
+
+    with EmulatedCell(1, out, ue={"trace": SAMPLES / f"{preset}.cbt"}, mode="cell") as cell:
+        _bulk_flow(cell.topo.core.name, cell.topo.ues[0].name, str(cell.topo.server_address), seconds)
+        cell.stop()
+    return out / "diag-ue0.jsonl"
+
+
 def _table(results: list[dict[str, Any]]) -> str:
     head = (f"{'preset':<14} {'traffic':<7} {'rows':>6} {'true L':>7} {'L MAE':>7} {'L MAE*':>7} {'N_f MAE':>8} "
             f"{'true cap KB':>11} {'W MAE KB':>9} {'W MAE %':>8} {'W bias KB':>9} {'CQIC W MAE %':>12}")
