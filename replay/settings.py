@@ -32,6 +32,7 @@ from clawbed.claw.server.sysctls import check_overrides
 from clawbed.emulator.config import check_policy, parse_rate_bps
 from clawbed.emulator.policies import POLICIES, default_policy, policy_names
 from clawbed.errors import InputError
+from clawbed.orchestrator.network.crosstraffic import MAX_UE_FLOWS, parse_flow, ue_flow_from
 from clawbed.replay import rmem
 from clawbed.units import parse_size_bytes
 
@@ -261,6 +262,31 @@ def _number(text: str) -> float:
         raise ValueError(f"{text!r}: a number is expected") from None
 
 
+def _flow(text: str) -> dict[str, Any]:
+    """One ``--flow`` value (``poisson:rate_per_s=2,bytes=100000``) → its entry as a spec writes it."""
+    try:
+        return parse_flow(text, flag="").describe()
+    except InputError as e:
+        raise ValueError(str(e).strip()) from None
+
+
+def _flows(value: Any) -> list[dict[str, Any]]:
+    """A list of flow entries (mappings, as a spec writes them) → each checked, every key written out."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{value!r}: a list of flows ({{kind: bulk}}, {{kind: poisson, rate_per_s: 2}}, ...)")
+    if len(value) > MAX_UE_FLOWS:
+        raise ValueError(f"{len(value)} flows: at most {MAX_UE_FLOWS}")
+    out = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"[{i}] {entry!r}: a flow is a mapping with a kind (bulk, onoff, poisson)")
+        try:
+            out.append(ue_flow_from(entry, flag=f"[{i}]").describe())
+        except InputError as e:
+            raise ValueError(str(e)) from None
+    return out
+
+
 # --- the registry ---------------------------------------------------------------------------
 
 for _category, _what in (("scheduler", "the cell's scheduler"), ("queue", "the base station's queue policy, each UE"),
@@ -309,6 +335,11 @@ register(Setting("ue_rmem", "cap the UE's TCP receive buffer as a phone of BB12'
                  check=_ue_rmem, metavar="PHONE[:NETWORK]|BYTES|MIN,DEFAULT,MAX", part="ue"))
 register(Setting("drwa", "DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)",
                  check=_switch, default=False, kind="switch", part="ue"))
+register(Setting("flows", "a background flow on the replay's own UE, sharing its base-station queue with the page "
+                          "(repeatable): bulk, onoff (bytes, off_ms) or poisson (rate_per_s, bytes: one size or "
+                          "several as 10000/1MB; sigma), each with its own scheme and window (rmem: its socket's "
+                          "receive buffer; drwa), e.g. poisson:rate_per_s=2,bytes=100000,rmem=262144 (replay/flows.py)",
+                 check=_flows, parse=_flow, kind="list", metavar="KIND[:KEY=VALUE,...]", part="ue", emu=False))
 register(Setting("gzip", "nginx compresses text responses (HTML, CSS, JS, JSON, SVG) with gzip on the fly "
                          "(default off: the bytes on the wire are the files'; not for a recorded site)",
                  check=_switch, default=False, kind="switch", part="server", emu=False))
