@@ -555,7 +555,8 @@ def _import_from_mac(path: Path, data: bytes, log: DiagLog, cols: PdschColumns, 
         f"LOSSY PATH: the log has no 0xB173 record of a known version for serving cell {cell}, so the UE's "
         f"transport blocks come from 0xB063 MAC DL Transport Block samples (C-RNTI only). One row per ms from "
         f"subframe 0 of the first frame with a sample to the last, SFN-exact ({clock.reanchors} re-anchorings). "
-        f"own_tbs_bits = Σ DL TBS (bytes) × 8 (exact: the MAC PDU is the TBS without its CRC); mcs: {mcs_rule}; "
+        f"own_tbs_bits = Σ DL TBS (bytes) × 8 (exact: the MAC PDU is the TBS without its CRC); mcs: {mcs_rule} "
+        f"(mcs_source 1 within {channelfit.MEAS_NEAR_MS} ms of an SNR measurement, else 2: held); "
         f"own_rbs estimated: the fewest RBs carrying the block at that MCS (36.213 TBS); layers = 1, 2 where a "
         f"block fits N_rb only on two; harq_fail unknown (0: 0xB063 logs the blocks MAC received, not CRC "
         f"failures); rsrp_dbm/rsrq_db = 0xB193 values held between measurements; other_rbs: ")
