@@ -342,6 +342,23 @@ class Mi2logConfig(_Model):
     pty: bool = Field(False, description="serve it on a pseudo-terminal too (path in the ready line)")
 
 
+class FeedTiming(str, Enum):
+    """How the live diag feed is delivered (``DIAG_FEED.md``, "Feed timing")."""
+
+    PHONE = "phone"
+    IDEAL = "ideal"
+
+
+class PhoneTiming(_Model):
+    """A phone's packing of its diag feed, measured on real logs
+    (``traces/diaglog/phone-feed-timing.json``, 0xB173 packets)."""
+
+    records_per_packet: int = Field(21, ge=1, le=255, description="subframes with a transport block that fill a "
+                                    "packet, which then goes at once (the most a real 0xB173 packet held)")
+    flush_period_ms: int = Field(300, ge=1, le=10_000, description="the modem's flush tick, ms (the commonest "
+                                 "spacing of the real logs' packets that were not full)")
+
+
 class DiagConfig(_Model):
     """Diag feed options."""
 
@@ -349,6 +366,9 @@ class DiagConfig(_Model):
     file: bool = Field(True, description="also write each UE's feed to diag-ue<N>.jsonl (off for a big cell: "
                                          "the feed then costs nothing while no subscriber is connected)")
     mi2log: Mi2logConfig = Field(default_factory=Mi2logConfig)
+    feed_timing: FeedTiming = Field(FeedTiming.PHONE, description="how the live feed is delivered: phone (in "
+                                    "packets, late, as a phone's diag port) or ideal (each subframe as it happens)")
+    phone: PhoneTiming = Field(default_factory=PhoneTiming)
 
 
 class AffinityConfig(_Model):

@@ -174,11 +174,22 @@ pub struct DiagFile {
     /// The same feed as diag log packets (`.mi2log` file, TCP port, pty): see
     /// `../DIAG_FEED.md`.
     pub mi2log: crate::diag::mi2log::Mi2logConfig,
+    /// How the live feed is delivered: `phone` (default: in packets, late, as a phone's
+    /// diag port) or `ideal` (each subframe as it happens).
+    pub feed_timing: crate::diag::phone::FeedTiming,
+    /// The phone's packing (with `feed_timing = "phone"`).
+    pub phone: crate::diag::phone::PhoneTiming,
 }
 
 impl Default for DiagFile {
     fn default() -> DiagFile {
-        DiagFile { stats_period_ms: 1, file: true, mi2log: Default::default() }
+        DiagFile {
+            stats_period_ms: 1,
+            file: true,
+            mi2log: Default::default(),
+            feed_timing: Default::default(),
+            phone: Default::default(),
+        }
     }
 }
 
@@ -385,6 +396,10 @@ pub struct Cli {
     /// Do not write the diag files (the live feed still works).
     #[arg(long)]
     pub no_diag_file: bool,
+    /// How the live diag feed is delivered: phone (in packets, late, as a phone's diag
+    /// port; the default) or ideal (each subframe as it happens).
+    #[arg(long, value_enum, value_name = "TIMING")]
+    pub feed_timing: Option<crate::diag::phone::FeedTiming>,
     /// Do not hold a CPU wake-up latency request (idle CPUs may halt; timer wake-ups are
     /// later on a virtual machine).
     #[arg(long)]
@@ -545,11 +560,20 @@ pub struct Config {
     pub diag_file: bool,
     /// The mi2log feed's settings.
     pub diag_mi2log: crate::diag::mi2log::Mi2logConfig,
+    /// How the live diag feed is delivered.
+    pub diag_feed_timing: crate::diag::phone::FeedTiming,
+    /// The phone's packing (used with `diag_feed_timing` phone).
+    pub diag_phone: crate::diag::phone::PhoneTiming,
     /// The cell model's parameters (policies included).
     pub cell: cell::CellConfig,
 }
 
 impl Config {
+    /// The phone's packing of the live diag feed, or `None` with the ideal timing.
+    pub fn diag_packing(&self) -> Option<crate::diag::phone::PhoneTiming> {
+        (self.diag_feed_timing == crate::diag::phone::FeedTiming::Phone).then_some(self.diag_phone)
+    }
+
     /// Parses and validates a config file's text (JSON if `is_json`, else TOML) with no
     /// flags over it, paths relative to `base`: what `load` does with a file, for callers
     /// (and tests) that hold the text. Any text gives a config or an error naming the key.
@@ -655,6 +679,9 @@ fn apply_flags(file: &mut FileConfig, cli: &Cli) -> Result<()> {
     }
     if cli.no_diag_file {
         file.diag.file = false;
+    }
+    if let Some(timing) = cli.feed_timing {
+        file.diag.feed_timing = timing;
     }
     if cli.no_cpu_latency_qos {
         file.cpu_latency_qos = false;
@@ -837,6 +864,7 @@ fn validate(file: FileConfig) -> Result<Config> {
     if file.diag.stats_period_ms == 0 {
         return Err(Error::config("diag.stats_period_ms", "must be at least 1"));
     }
+    file.diag.phone.validate().map_err(|(field, problem)| Error::config(format!("diag.phone.{field}"), problem))?;
     file.cell.validate().map_err(|e| Error::config(format!("cell.{}", e.field), e.problem))?;
 
     let Some(core) = &file.core else {
@@ -966,6 +994,8 @@ fn validate(file: FileConfig) -> Result<Config> {
         diag_stats_period_ms: file.diag.stats_period_ms,
         diag_file: file.diag.file,
         diag_mi2log: file.diag.mi2log,
+        diag_feed_timing: file.diag.feed_timing,
+        diag_phone: file.diag.phone,
         cell: file.cell.clone(),
     })
 }
@@ -1136,5 +1166,29 @@ mod tests {
             .expect_err("range");
         assert!(e.to_string().contains("cell.harq.max_tx"), "{e}");
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn feed_timing_defaults_to_the_phone_and_is_checked() {
+        use crate::diag::phone::{FeedTiming, PhoneTiming};
+        let base = ["--rate", "1mbit", "--core-netns", "cbxcore", "--ue-netns", "cbxue0"];
+        let c = Config::load(&cli(&base)).expect("valid");
+        assert_eq!(c.diag_packing(), Some(PhoneTiming::default()));
+        let c = Config::load(&cli(&[&base[..], &["--feed-timing", "ideal"]].concat())).expect("valid");
+        assert_eq!((c.diag_feed_timing, c.diag_packing()), (FeedTiming::Ideal, None));
+        let text = "mode = \"rate\"\n[core]\nnetns = \"cbxcore\"\n[[ues]]\nnetns = \"cbxue0\"\nrate = \"1mbit\"\n";
+        let c = Config::from_text(
+            &format!("{text}[diag]\nfeed_timing = \"phone\"\nphone = {{ flush_period_ms = 50 }}\n"),
+            false,
+            Path::new("."),
+        )
+        .expect("valid");
+        assert_eq!(c.diag_packing(), Some(PhoneTiming { records_per_packet: 21, flush_period_ms: 50 }));
+        let e = Config::from_text(&format!("{text}[diag.phone]\nrecords_per_packet = 0\n"), false, Path::new("."))
+            .expect_err("zero");
+        assert!(e.to_string().contains("diag.phone.records_per_packet"), "{e}");
+        let e = Config::from_text(&format!("{text}[diag]\nfeed_timing = \"late\"\n"), false, Path::new("."))
+            .expect_err("unknown timing");
+        assert!(e.to_string().contains("feed_timing") || e.to_string().contains("late"), "{e}");
     }
 }

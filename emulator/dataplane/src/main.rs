@@ -136,7 +136,8 @@ fn run(cli: &Cli) -> Result<()> {
     let diag_at: Vec<(&Namespace, u16, bool)> =
         ue_ns.iter().zip(&config.ues).map(|(ns, ue)| (ns, ue.diag_port, config.diag_file && ue.diag_file)).collect();
     let any_file = diag_at.iter().any(|&(_, _, file)| file);
-    let (diag_server, endpoints) = DiagServer::bind(&diag_at, &config.output_dir, &config.diag_mi2log)?;
+    let (diag_server, endpoints) =
+        DiagServer::bind(&diag_at, &config.output_dir, &config.diag_mi2log, config.diag_packing())?;
     let diag_queue = Arc::new(DiagQueue::new(any_file)?);
 
     let time = Arc::new(TimeBase::starting_in(START_DELAY_NS));

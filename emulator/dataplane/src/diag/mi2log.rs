@@ -323,6 +323,11 @@ pub struct Mi2logFeed {
     pty: Option<Pty>,
     encoder: Encoder,
     frames: Vec<u8>,
+    /// Whether frames for subscribers and the pty are held until [`Mi2logFeed::release`]
+    /// (the phone's feed timing, `phone.rs`).
+    hold: bool,
+    /// The frames held.
+    held: Vec<u8>,
     /// Counters.
     pub counters: Mi2logCounters,
 }
@@ -385,6 +390,8 @@ impl Mi2logFeed {
             pty,
             encoder: Encoder::default(),
             frames: Vec::with_capacity(4096),
+            hold: false,
+            held: Vec::new(),
             counters: Mi2logCounters::default(),
         };
         Ok((feed, endpoint))
@@ -405,7 +412,14 @@ impl Mi2logFeed {
         self.file.is_some() || !self.subscribers.is_empty() || self.pty.is_some()
     }
 
-    /// Encodes one subframe's record and hands the frames to the file, subscribers, pty.
+    /// Holds the live feed's frames until [`Mi2logFeed::release`] (`true`), or hands them
+    /// over as each subframe comes (`false`, the default).
+    pub fn set_held(&mut self, hold: bool) {
+        self.hold = hold;
+    }
+
+    /// Encodes one subframe's record and hands the frames to the file, and to the
+    /// subscribers and pty (or holds them for them).
     pub fn push_record(&mut self, unix_s: f64, record: &DiagRecord, with_stats: bool) {
         if !self.wanted() {
             return;
@@ -416,8 +430,32 @@ impl Mi2logFeed {
         if let Some(file) = &mut self.file {
             let _ = file.write_all(&self.frames);
         }
+        if self.hold {
+            if !self.subscribers.is_empty() || self.pty.is_some() {
+                self.held.extend_from_slice(&self.frames);
+            }
+        } else {
+            let frames = std::mem::take(&mut self.frames);
+            self.deliver(&frames);
+            self.frames = frames;
+        }
+    }
+
+    /// Hands the frames held to the subscribers and the pty.
+    pub fn release(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        self.deliver(&held);
+        self.held = held;
+        self.held.clear();
+    }
+
+    /// Appends `frames` (whole frames) to every subscriber's buffer and the pty's.
+    fn deliver(&mut self, frames: &[u8]) {
+        if frames.is_empty() {
+            return;
+        }
         for sub in &mut self.subscribers {
-            sub.pending.extend_from_slice(&self.frames);
+            sub.pending.extend_from_slice(frames);
         }
         if let Some(pty) = &mut self.pty {
             if pty.check_reader() {
@@ -427,7 +465,7 @@ impl Mi2logFeed {
                     pty.sent = 0;
                     self.counters.pty_backlog_dropped += 1;
                 }
-                pty.pending.extend_from_slice(&self.frames);
+                pty.pending.extend_from_slice(frames);
             }
         }
     }

@@ -12,9 +12,14 @@
 //! [`FILE_FLUSH_INTERVAL`]) and to every subscriber's bounded buffer; a subscriber whose
 //! buffer overflows (it reads too slowly) is disconnected and counted, so one slow reader
 //! never delays the others or the cell. The transport is documented in `../DIAG_FEED.md`.
+//!
+//! With the phone's feed timing (`diag.feed_timing = "phone"`, the default; [`phone`]) the
+//! lines and frames for subscribers and the pty are held and go out in packets, as a phone's
+//! diag port delivers; the files get every subframe as it comes.
 
 pub mod lines;
 pub mod mi2log;
+pub mod phone;
 mod pty;
 
 use std::fs::File;
@@ -35,6 +40,7 @@ use crate::netns::Namespace;
 use crate::sys;
 
 use self::mi2log::{Mi2logConfig, Mi2logCounters, Mi2logEndpoint, Mi2logFeed};
+use self::phone::{Packer, PhoneTiming};
 
 /// How often the diag files are flushed at least.
 pub const FILE_FLUSH_INTERVAL: Duration = Duration::from_millis(100);
@@ -158,6 +164,11 @@ pub struct DiagCounters {
     pub file_write_error: Vec<Option<String>>,
     /// The mi2log feed's counters, per UE.
     pub mi2log: Vec<Mi2logCounters>,
+    /// The feed timing: `phone` or `ideal`.
+    pub feed_timing: &'static str,
+    /// Deliveries to the live feed (subscribers, pty), per UE: one per subframe with the
+    /// ideal timing, one per packet with the phone's.
+    pub deliveries: Vec<u64>,
 }
 
 struct Subscriber {
@@ -200,10 +211,17 @@ struct Feed {
     first_file_error: Option<String>,
     /// The same feed as diag log packets (`mi2log.rs`).
     mi2log: Mi2logFeed,
+    /// The phone's packing (`None`: the ideal timing, each subframe at once).
+    packer: Option<Packer>,
+    /// Lines held for the subscribers until the packet goes (phone timing).
+    held: Vec<u8>,
+    /// Deliveries to the live feed.
+    deliveries: u64,
 }
 
 impl Feed {
-    /// Appends a subframe's lines to the file and to every subscriber's buffer.
+    /// Appends a subframe's lines to the file and to every subscriber's buffer (with the
+    /// phone's timing: to the lines held for them).
     fn push_lines(&mut self, lines: &[u8]) {
         if let Some(file) = &mut self.file {
             // A failing file write (disk full) must not stop the live feed: it is counted
@@ -212,8 +230,31 @@ impl Feed {
                 self.note_file_error(&e);
             }
         }
-        for sub in &mut self.subscribers {
-            sub.pending.extend_from_slice(lines);
+        if self.packer.is_some() {
+            if !self.subscribers.is_empty() {
+                self.held.extend_from_slice(lines);
+            }
+        } else {
+            for sub in &mut self.subscribers {
+                sub.pending.extend_from_slice(lines);
+            }
+        }
+    }
+
+    /// The subframe `t_ms` has been pushed: with the phone's timing, delivers what is held
+    /// when the packet is full or the flush tick has come; with the ideal one, counts it.
+    fn after_subframe(&mut self, t_ms: u64, scheduled: bool) {
+        let Some(packer) = &mut self.packer else {
+            self.deliveries += 1;
+            return;
+        };
+        if packer.after_subframe(t_ms, scheduled) {
+            for sub in &mut self.subscribers {
+                sub.pending.extend_from_slice(&self.held);
+            }
+            self.held.clear();
+            self.mi2log.release();
+            self.deliveries += 1;
         }
     }
 
@@ -245,11 +286,13 @@ impl DiagServer {
     /// Binds 127.0.0.1:`port` inside each UE's namespace (port 0: any free port) and, for
     /// the UEs whose files are wanted, creates `diag-ue<N>.jsonl` in `output_dir`. `ues`
     /// gives each UE's namespace, port and whether its feed is written to files.
-    /// `mi2log`: the mi2log feed's settings (`diag-ue<N>.mi2log`, port, pty).
+    /// `mi2log`: the mi2log feed's settings (`diag-ue<N>.mi2log`, port, pty). `phone`: the
+    /// phone's packing of the live feed, or `None` for the ideal timing.
     pub fn bind(
         ues: &[(&Namespace, u16, bool)],
         output_dir: &Path,
         mi2log: &Mi2logConfig,
+        phone: Option<PhoneTiming>,
     ) -> Result<(DiagServer, Vec<DiagEndpoint>)> {
         let epoll = sys::epoll_create().context(|| "creating the epoll instance of the diag thread".into())?;
         let mut feeds = Vec::with_capacity(ues.len());
@@ -270,7 +313,8 @@ impl DiagServer {
             } else {
                 None
             };
-            let (mi2log, mi2log_at) = Mi2logFeed::open(i, ns, port, output_dir, file.is_some(), mi2log)?;
+            let (mut mi2log, mi2log_at) = Mi2logFeed::open(i, ns, port, output_dir, file.is_some(), mi2log)?;
+            mi2log.set_held(phone.is_some());
             if let Some(fd) = mi2log.listener_fd() {
                 watch(&epoll, fd, MI2LOG_TOKEN | i as u64)
                     .context(|| format!("watching the UE {i} mi2log listener"))?;
@@ -282,6 +326,9 @@ impl DiagServer {
                 file_errors: 0,
                 first_file_error: None,
                 mi2log,
+                packer: phone.map(Packer::new),
+                held: Vec::new(),
+                deliveries: 0,
             });
             endpoints.push(DiagEndpoint { port, mi2log: mi2log_at });
         }
@@ -301,6 +348,8 @@ impl DiagServer {
             file_write_errors: vec![0; n],
             file_write_error: vec![None; n],
             mi2log: vec![Mi2logCounters::default(); n],
+            feed_timing: if self.feeds.iter().any(|f| f.packer.is_some()) { "phone" } else { "ideal" },
+            deliveries: vec![0; n],
         };
         // A pty is a standing subscriber: whether anyone reads it shows only as it is written.
         let ptys = self.feeds.iter().filter(|f| f.mi2log.has_pty()).count();
@@ -349,6 +398,7 @@ impl DiagServer {
             counters.mi2log[ue] = feed.mi2log.counters;
             counters.file_write_errors[ue] = feed.file_errors;
             counters.file_write_error[ue] = feed.first_file_error.clone();
+            counters.deliveries[ue] = feed.deliveries;
         }
         counters
     }
@@ -361,26 +411,38 @@ impl DiagServer {
             let ue = record.ue.index();
             let Some(feed) = self.feeds.get_mut(ue) else { continue };
             feed.mi2log.push_record(t, record, with_stats);
-            if feed.file.is_none() && feed.subscribers.is_empty() {
-                continue;
+            if feed.file.is_some() || !feed.subscribers.is_empty() {
+                Self::push_record_lines(feed, t, record, with_stats, line, &mut counters.lines[ue]);
             }
-            line.clear();
-            lines::pdsch(line, t, &record.pdsch);
-            let mut count = 2;
-            // A phone reports a measurement when it makes one (every `rsrq.hold_ms`).
-            if record.measurement_updated {
-                lines::serv_cell(line, t, &record.serv_cell);
-                count += 1;
-            }
-            lines::mac(line, t, &record.mac);
-            if with_stats {
-                lines::rlc(line, t, &record.rlc);
-                lines::pdcp(line, t, &record.pdcp);
-                count += 2;
-            }
-            counters.lines[ue] += count;
-            feed.push_lines(line);
+            feed.after_subframe(batch.t_ms, record.pdsch.transport_block.is_some());
         }
+    }
+
+    /// One UE's lines of one subframe, to its file and subscribers; counts them in `line_count`.
+    fn push_record_lines(
+        feed: &mut Feed,
+        t: f64,
+        record: &DiagRecord,
+        with_stats: bool,
+        line: &mut Vec<u8>,
+        line_count: &mut u64,
+    ) {
+        line.clear();
+        lines::pdsch(line, t, &record.pdsch);
+        let mut count = 2;
+        // A phone reports a measurement when it makes one (every `rsrq.hold_ms`).
+        if record.measurement_updated {
+            lines::serv_cell(line, t, &record.serv_cell);
+            count += 1;
+        }
+        lines::mac(line, t, &record.mac);
+        if with_stats {
+            lines::rlc(line, t, &record.rlc);
+            lines::pdcp(line, t, &record.pdcp);
+            count += 2;
+        }
+        *line_count += count;
+        feed.push_lines(line);
     }
 
     fn accept(&mut self, ue: usize, queue: &DiagQueue, counters: &mut DiagCounters) {
