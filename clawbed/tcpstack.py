@@ -371,7 +371,9 @@ class AppliedStack:
     def summary(self) -> str:
         """One line for the terminal: what was set."""
         parts = [f"{k.rpartition('.')[2]}={v['value']}" for k, v in self.sysctls.items()]
-        parts += [f"{k.rpartition('.')[2]}={v} (each load)" for k, v in self.per_load_sysctls.items()]
+        if self.per_load_sysctls:  # set by the scheme's set-up (a replay's: at each load)
+            parts.append("with the scheme's sysctls " + ", ".join(f"{k.rpartition('.')[2]}={v}"
+                                                                  for k, v in self.per_load_sysctls.items()))
         parts += [f"route {r['route']}" for r in self.routes]
         parts += [f"{k} {v['value']}" for k, v in self.offloads.items()]
         changed = [f"{k}={v['value']} (was {v['previous']})" for k, v in self.module_params.items()
