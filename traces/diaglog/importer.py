@@ -304,6 +304,10 @@ def _finish(path: Path, data: bytes, log: DiagLog, columns: dict[str, np.ndarray
             columns["layers"] = layers
     else:
         source, channel = _mark_snr_rule(meas, duration)
+    unread = [k for k in stats.unknown_versions if k.startswith("0xB193")]
+    if len(meas.rows) == 0 and unread:
+        channel["no_fit_reason"] = (f"{channel.get('no_fit_reason', '')}: its 0xB193 packets are of versions this "
+                                    f"codec does not read ({', '.join(sorted(unread))})")
     columns["mcs_source"] = source
     measured = np.zeros(duration, dtype=bool)
     held: dict[str, np.ndarray] = {}
