@@ -26,6 +26,7 @@ from clawbed.traces.diaglog.encode import encode_message
 from clawbed.traces.importers import import_mobileinsight
 from clawbed.traces.io import read_trace
 from clawbed.traces.segments import channel_summary, cut, informative_segments, parse_segment, per_second
+from clawbed.traces.synth import synthesize
 from clawbed.traces.validate import check_trace
 
 CLAWBED = Path(sys.executable).parent / "clawbed"
@@ -135,6 +136,12 @@ def test_segment_cut_moves_the_start_sfn_by_whole_frames(log_path: Path) -> None
     seconds = per_second(trace)
     assert seconds is not None and informative_segments(seconds)[0]["basis"] == "measured"
     assert channel_summary(cut(trace, 8000, 20000)) is not None
+    # A trace that does not mark its MCS (a synthetic one) has no channel part, and no 'best'.
+    synth = synthesize("idle-cell", duration_ms=3000, seed=1)
+    assert per_second(synth) is None and channel_summary(synth) is None
+    with pytest.raises(InputError, match="mcs_source"):
+        parse_segment("best", synth)
+    assert parse_segment("1:2", synth) == (1000, 2000)
 
 
 # --- the real logs (skipped without the shared data folder) ---------------------------------
