@@ -157,6 +157,8 @@ class Condition(_Strict):
     ue_rmem: str | int | None = None
     #: DRWA at the UE (replay/drwa.py).
     drwa: StrictBool = False
+    #: How the UEs' diag feeds are delivered (replay's ``feed_timing``): ``phone`` or ``ideal``.
+    feed_timing: str = "phone"
     #: Background flows on the replay's own UE (replay's ``flows``, replay/flows.py): entries such
     #: as ``{kind: poisson, rate_per_s: 2, bytes: [10000, 100000], rmem: 262144, drwa: true}``.
     flows: list[dict[str, Any]] = []

@@ -196,6 +196,9 @@ class ReplayConfig:
     ue_rmem: str | int | None = None
     #: DRWA at the UE (``replay/drwa.py``: λ = 3, α = 7/8).
     drwa: bool = False
+    #: How the UEs' diag feeds are delivered: ``phone`` (in log packets, late) or ``ideal``
+    #: (each subframe as it happens); emulator/DIAG_FEED.md, "Feed timing".
+    feed_timing: str = "phone"
     #: Capture the server's device into ``server.pcap`` (``replay/capture.py``) for the run.
     capture_server: bool = False
     #: The cell's RRC/DRX model (``cell.rrc``): a policy name of ``emulator/policies.json``

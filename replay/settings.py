@@ -36,6 +36,8 @@ from clawbed.orchestrator.network.crosstraffic import MAX_UE_FLOWS, parse_flow, 
 from clawbed.replay import rmem
 from clawbed.units import parse_size_bytes
 
+#: The diag feed's delivery timings (emulator/DIAG_FEED.md, "Feed timing").
+FEED_TIMINGS = ("phone", "ideal")
 #: How a setting's flag takes values: one value, an on/off switch, a repeatable flag whose
 #: values form a list, or a repeatable ``KEY=VALUE`` flag whose values form a table.
 Kind = Literal["value", "switch", "list", "table"]
@@ -247,6 +249,12 @@ def _ue_rmem(value: Any) -> str | int:
     return value
 
 
+def _feed_timing(value: Any) -> str:
+    if value not in FEED_TIMINGS:
+        raise ValueError(f"{value!r}: one of {', '.join(FEED_TIMINGS)}")
+    return str(value)
+
+
 def parse_key_value(text: str) -> tuple[str, str]:
     """One ``KEY=VALUE`` of a table setting's flag."""
     key, sep, value = text.partition("=")
@@ -333,6 +341,11 @@ register(Setting("ue_rmem", "cap the UE's TCP receive buffer as a phone of BB12'
                             "htc-evo-shift, droid-charge, lg-g2x; e.g. galaxy-s2:hspa+), at BYTES, or all three "
                             "tcp_rmem values MIN,DEFAULT,MAX (default 4096,131072,8MiB)",
                  check=_ue_rmem, metavar="PHONE[:NETWORK]|BYTES|MIN,DEFAULT,MAX", part="ue"))
+register(Setting("feed_timing", "how the UEs' diag feeds (what CLAW's client reads) are delivered: phone (in log "
+                                "packets, late, as a phone's diag port: when 21 subframes had a transport block or at a "
+                                "300 ms flush tick, measured on real logs: traces/diaglog/phone-feed-timing.json) or "
+                                "ideal (each subframe as it happens); default phone",
+                 check=_feed_timing, default="phone", metavar="phone|ideal", part="ue"))
 register(Setting("drwa", "DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)",
                  check=_switch, default=False, kind="switch", part="ue"))
 register(Setting("flows", "a background flow on the replay's own UE, sharing its base-station queue with the page "
@@ -411,6 +424,8 @@ def emulator_fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     fields: dict[str, Any] = {"cell": cell} if cell else {}
     if values.get("air_delay_ms") is not None:
         fields["delays"] = {"air_ms": values["air_delay_ms"]}
+    if values.get("feed_timing") is not None:
+        fields["diag"] = {"feed_timing": values["feed_timing"]}
     ue: dict[str, Any] = {}
     ue_cell: dict[str, Any] = {}
     if values.get("bs_buffer") is not None:

@@ -48,6 +48,7 @@ def test_the_reference_is_written_from_the_registry() -> None:
     ("uplink_rate", "5mbps", "uplink_rate:"),
     ("bs_buffer", "3 parsecs", "bs_buffer: '3 parsecs' is not a size"),
     ("server_sysctls", {"kernel.panic": "1"}, "server_sysctls:"),
+    ("feed_timing", "late", "feed_timing: 'late': one of phone, ideal"),
 ])
 def test_one_check_for_spec_and_replay(tmp_path: Path, key: str, value: object, message: str) -> None:
     spec = {"suite": "t", "matrix": {"traces": ["busy-cell"], "pages": ["set-01"], "schemes": ["cubic"],
@@ -78,6 +79,7 @@ def test_cell_settings_become_emulator_keys() -> None:
                                "rsrq": {"noise_db": 1.0}}, "delays": {"air_ms": 2.0}}
     assert ue == {"cell": {"queue_limit_bytes": 1 << 20, "queue": "drop-tail"}, "uplink_rate": "2mbit"}
     assert settings.emulator_fields({}) == ({}, {})
+    assert settings.emulator_fields({"feed_timing": "ideal"}) == ({"diag": {"feed_timing": "ideal"}}, {})
 
 
 def test_a_setting_added_later_keeps_old_scenario_ids() -> None:
