@@ -148,6 +148,13 @@ class FlowSet:
         self.start(res, topo)
         return controller
 
+    def finish(self, out_dir: Path, t0: float, t1: float) -> list[str]:
+        """For a run without loads (``clawbed emu run``): every flow's figures over [t0, t1] into
+        ``out_dir/flows.json`` and ``flows.csv``, the flows stopped; the summary lines."""
+        self.keep(None, self.write_load(out_dir, t0, t1))
+        self.stop()
+        return self.summary()
+
     def figures(self, t0: float, t1: float) -> list[dict[str, Any]]:
         """Every flow's figures over [t0, t1] (Unix s)."""
         return [flow_figures(f, t0, t1) for f in self.flows]
@@ -182,7 +189,8 @@ class FlowSet:
             total = sum(r["bytes"] for r in rows)
             seconds = sum(r["t_end_unix_s"] - r["t_start_unix_s"] for r in rows)
             retrans = sum(r["retransmits"] or 0 for r in rows)
-            line = (f"{flow.name} ({settings}): {total:,} B in {len(rows)} load(s), "
+            span = f"{len(rows)} load(s)" if rows[0]["load"] is not None else f"{seconds:.1f} s"
+            line = (f"{flow.name} ({settings}): {total:,} B in {span}, "
                     f"{total * 8 / seconds / 1e6 if seconds > 0 else 0:.2f} Mbit/s, {retrans} retransmissions")
             if flow.spec.kind != "bulk":
                 times = [f["fetch_ms"] for r in rows for f in r.get("fetches", [])]
