@@ -171,3 +171,17 @@ def test_pixel_xl_gaps_follow_its_measurements() -> None:
     inferred = mcs[source == channelfit.INFERRED]
     assert own.min() <= inferred.min() and inferred.max() <= own.max()
     assert 0 < channel["error_held_out"]["mae_mcs"] < 6
+
+
+def test_held_out_error_beside_the_hold_rule_and_the_floor() -> None:
+    # Four seconds of blocks, the MCS steady within each second (10, 12, 14, 16) and the
+    # measurement saying nothing (one SNR): the floor (each second's own median) is exact; the
+    # hold of the previous rule is off by the step from the last visible second; the model and
+    # the constant are the median of the other seconds.
+    rows = np.concatenate([np.arange(s * 1000, s * 1000 + 500, 5) for s in range(4)])
+    mcs = np.repeat([10, 12, 14, 16], 100)
+    err = channelfit.held_out_error(np.full(len(rows), 8.0), mcs, np.zeros(len(rows), dtype=bool), rows,
+                                    predictor="snr_db", logged=(rows, mcs), folds=4)
+    assert err["folds"] == 4 and err["blocks"] == 400 and err["second_median_mae_mcs"] == 0.0
+    assert err["mae_mcs"] == err["median_mae_mcs"] > 0
+    assert err["hold_mae_mcs"] == 2.0  # one step: the neighbouring second's MCS
