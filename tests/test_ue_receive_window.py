@@ -82,7 +82,7 @@ def test_replay_config_and_spec_take_the_settings(tmp_path: Path) -> None:
 
     cfg = ReplayConfig(trace=BUSY_CELL, page="set-01", schemes=["cubic"], runs=1, ue_rmem="galaxy-s2", drwa=True)
     cfg.check()
-    with pytest.raises(InputError, match="--ue-rmem 'iphone': unknown phone"):
+    with pytest.raises(InputError, match="--ue-rmem: 'iphone': unknown phone"):
         ReplayConfig(trace=BUSY_CELL, page="set-01", schemes=["cubic"], runs=1, ue_rmem="iphone").check()
 
     def spec(condition: dict) -> Path:
