@@ -7,9 +7,12 @@ under the repository root.
 Mahimahi: when ``mm-link`` is installed (``$MM_LINK``, or on ``PATH``) the same machine
 measures it beside the emulator, live (:func:`mm_link_steps`: idle CPU, the bulk TCP ceiling,
 the 12 Mbit/s inter-arrival p99 from its own delivery log) and the table has a column for it.
-Without it the table shows the emulator alone, and the reference figures follow in a table of
-their own, each with where and when it was measured (:data:`REFERENCES`): figures from
-another machine and another day are not a comparison.
+mm-link refuses to run as root, so a root bench runs it as an unprivileged user
+(:class:`MmUser`: ``--mm-user NAME``, or one it creates, ``cb<run id>mm``, and removes at
+exit), with its traces and logs in a folder of that user's. Without mm-link, or whenever
+the live side fails, the reference figures follow in a table of their own, each with where
+and when it was measured (:data:`REFERENCES`; figures from another machine and another day
+are not a comparison), and the output says why.
 
 CPU is the emulator process's (per thread) from ``/proc/PID/task/*/stat``, in percent of one
 core over the measured interval. The machine's load average and the CPU time the hypervisor
@@ -19,17 +22,19 @@ figures are lower bounds of what the emulator can do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
+import pwd
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -403,11 +408,83 @@ def mm_link_binary() -> Path | None:
     return Path(found) if found else None
 
 
-def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: str) -> tuple[str, float]:
+#: Suffix of the user a root bench creates for mm-link: ``cb<run id>mm``.
+MM_USER_ROLE = "mm"
+
+
+@dataclass
+class MmUser:
+    """The unprivileged user mm-link runs as (it refuses root), and a folder of its own for
+    the traces it reads and the logs it writes (the bench's temporary folder is root's only)."""
+
+    name: str
+    uid: int
+    gid: int
+    folder: Path
+    #: Made by the bench (removed at exit) rather than named with ``--mm-user``.
+    created: bool = False
+
+    def dir_for(self, out: Path) -> Path:
+        """A folder for one step's files (named as the step's ``out``), the user's."""
+        path = self.folder / out.name
+        path.mkdir(exist_ok=True)
+        os.chown(path, self.uid, self.gid)
+        return path
+
+
+def _user_entry(name: str) -> pwd.struct_passwd:
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise click.BadParameter(f"no such user {name!r}", param_hint="--mm-user") from None
+    if entry.pw_uid == 0:
+        raise click.BadParameter(f"{name!r} is root; mm-link refuses to run as root", param_hint="--mm-user")
+    return entry
+
+
+@contextlib.contextmanager
+def mm_user(name: str | None, console: Console | None = None) -> Iterator[MmUser | None]:
+    """The user mm-link runs as: None when this process is not root (it runs as us); the
+    user ``name`` (``--mm-user``); else a system user ``cb<run id>mm`` made now (no home, no
+    login shell) and removed on the way out, also on an error or Ctrl-C. Its folder is a
+    fresh temporary one, removed on the way out."""
+    if os.geteuid() != 0:
+        yield None
+        return
+    created = name is None
+    if name is None:
+        name = f"cb{new_run_id()}{MM_USER_ROLE}"
+        done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                               "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"creating the user {name} for mm-link (useradd): {done.stderr.strip()}")
+        if console is not None:
+            console.print(f"[dim]mm-link runs as {name}, a system user made for this bench (removed at exit)[/dim]")
+    try:
+        entry = _user_entry(name)
+        folder = Path(tempfile.mkdtemp(prefix="clawbed-mm-"))
+        try:
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+            yield MmUser(name, entry.pw_uid, entry.pw_gid, folder, created)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        if created:
+            subprocess.run(["userdel", name], capture_output=True, text=True)
+
+
+def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: str,
+             user: MmUser | None = None) -> tuple[str, float]:
     """Run ``command`` (sh -c, ``$MAHIMAHI_BASE`` is the host outside) inside ``mm-link trace
-    trace``: (its stdout, mm-link's own CPU % of one core while it ran, start-up excluded)."""
+    trace``, as ``user`` when given: (its stdout, mm-link's own CPU % of one core while it
+    ran, start-up excluded)."""
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user.uid, "group": user.gid, "extra_groups": [], "cwd": user.folder,
+                   "env": {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "HOME": str(user.folder),
+                           "USER": user.name, "LOGNAME": user.name}}
     proc = subprocess.Popen([str(binary), str(trace), str(trace), *extra, "--", "sh", "-c", command],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **as_user)
     time.sleep(0.5)
     stat = Path(f"/proc/{proc.pid}/stat")
     try:
@@ -428,23 +505,25 @@ def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: st
     return out, round(percent, 2)
 
 
-def mm_link_idle(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
+def mm_link_idle(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
     """mm-link's CPU with no traffic, on a 12 Mbit/s constant trace."""
+    out = user.dir_for(out) if user else out
     trace = constant_mahimahi_trace(out / "constant-12mbit.down", packets_per_ms=1)
-    _, cpu = _mm_link(binary, trace, f"sleep {seconds}", seconds)
+    _, cpu = _mm_link(binary, trace, f"sleep {seconds}", seconds, user=user)
     return {"cpu_percent": cpu}
 
 
-def mm_link_tcp(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
+def mm_link_tcp(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
     """Bulk TCP downlink (iperf3 -R from inside mm-link to a server outside) over a trace of
     1000 opportunities per ms (12 Gbit/s): mm-link's ceiling, and its CPU."""
+    out = user.dir_for(out) if user else out
     trace = constant_mahimahi_trace(out / "constant-12gbit.down", packets_per_ms=1000, period_ms=100)
     server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(MM_IPERF_PORT)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
         stdout, cpu = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -J -t {seconds}',
-                               seconds)
+                               seconds, user=user)
     finally:
         if server.poll() is None:
             server.terminate()
@@ -453,10 +532,11 @@ def mm_link_tcp(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
     return {"gbit_s": round(result["end"]["sum_received"]["bits_per_second"] / 1e9, 3), "cpu_percent": cpu}
 
 
-def mm_link_12mbit(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
+def mm_link_12mbit(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
     """A constant 12 Mbit/s trace saturated by UDP (iperf3 -R, 14 Mbit/s of 1472-byte
     datagrams): the delivered inter-arrival p99 from mm-link's own downlink log (whole ms: the
     log's resolution)."""
+    out = user.dir_for(out) if user else out
     trace = constant_mahimahi_trace(out / "constant-12mbit.down", packets_per_ms=1)
     log = out / "downlink.log"
     server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(MM_IPERF_PORT)], stdout=subprocess.DEVNULL,
@@ -464,7 +544,7 @@ def mm_link_12mbit(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
     try:
         time.sleep(0.3)
         _, cpu = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -u -b 14M -l 1472 '
-                                         f'-t {seconds}', seconds, f"--downlink-log={log}")
+                                         f'-t {seconds}', seconds, f"--downlink-log={log}", user=user)
     finally:
         if server.poll() is None:
             server.terminate()
@@ -476,11 +556,12 @@ def mm_link_12mbit(binary: Path, out: Path, seconds: float) -> dict[str, Any]:
             "resolution_ms": 1}
 
 
-def mm_link_steps(binary: Path, seconds: float) -> list[Step]:
-    """The mm-link measurements, beside the emulator's steps of the same name (``mm_`` prefix)."""
-    return [Step("mm_idle", "mm-link: idle CPU", lambda d: mm_link_idle(binary, d, seconds)),
-            Step("mm_tcp", "mm-link: bulk TCP", lambda d: mm_link_tcp(binary, d, seconds)),
-            Step("mm_12mbit", "mm-link: 12 Mbit/s saturated", lambda d: mm_link_12mbit(binary, d, seconds))]
+def mm_link_steps(binary: Path, seconds: float, user: MmUser | None = None) -> list[Step]:
+    """The mm-link measurements, beside the emulator's steps of the same name (``mm_`` prefix),
+    run as ``user`` when given."""
+    return [Step("mm_idle", "mm-link: idle CPU", lambda d: mm_link_idle(binary, d, seconds, user)),
+            Step("mm_tcp", "mm-link: bulk TCP", lambda d: mm_link_tcp(binary, d, seconds, user)),
+            Step("mm_12mbit", "mm-link: 12 Mbit/s saturated", lambda d: mm_link_12mbit(binary, d, seconds, user))]
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -490,9 +571,16 @@ def _cpu_ticks() -> tuple[int, int]:
 
 
 def run_all(work: Path, seconds: float, console: Console, only: set[str] | None = None,
-            repeat: int = 1) -> dict[str, Any]:
+            repeat: int = 1, mm_user_name: str | None = None) -> dict[str, Any]:
     """Every step (or those in ``only``), each ``repeat`` times: ``results[key]`` is the first
-    run's figures, ``results["runs"][key]`` every run's (for the ranges of the table)."""
+    run's figures, ``results["runs"][key]`` every run's (for the ranges of the table).
+    mm-link's steps run as :func:`mm_user` (``mm_user_name``: ``--mm-user``)."""
+    with contextlib.ExitStack() as stack:
+        return _run_all(stack, work, seconds, console, only, repeat, mm_user_name)
+
+
+def _run_all(stack: contextlib.ExitStack, work: Path, seconds: float, console: Console, only: set[str] | None,
+             repeat: int, mm_user_name: str | None) -> dict[str, Any]:
     # Mahimahi's recorded traces are optional third-party data; the constant one is our own.
     mahimahi_dir = shared_data("mahimahi-traces")
     traces = [constant_mahimahi_trace(work / "constant-12mbit.down", packets_per_ms=1),
@@ -513,8 +601,16 @@ def run_all(work: Path, seconds: float, console: Console, only: set[str] | None 
         Step("mahimahi", "Mahimahi traces", lambda d: mahimahi(d, seconds, traces)),
     ]
     mm_link = mm_link_binary()
+    #: Why mm-link cannot run at all here (its user could not be made): each of its steps says so.
+    mm_problem: str | None = None
+    user: MmUser | None = None
     if mm_link is not None:
-        steps += mm_link_steps(mm_link, seconds)
+        if not only or any(key.startswith("mm_") for key in only):
+            try:
+                user = stack.enter_context(mm_user(mm_user_name, console))
+            except (RuntimeError, OSError) as e:
+                mm_problem = f"{type(e).__name__}: {e}"
+        steps += mm_link_steps(mm_link, seconds, user)
     unknown = (only or set()) - {step.key for step in steps}
     if unknown:
         raise click.BadParameter(f"unknown step(s) {', '.join(sorted(unknown))}; "
@@ -522,6 +618,7 @@ def run_all(work: Path, seconds: float, console: Console, only: set[str] | None 
     results: dict[str, Any] = {"seconds_per_measurement": seconds, "repeat": repeat,
                                "load_average_before": os.getloadavg()[0], "cpus": os.cpu_count(),
                                "mm_link": str(mm_link) if mm_link else None,
+                               "mm_user": user.name if user is not None else None,
                                "references": REFERENCES, "runs": {}}
     steal: dict[str, list[float]] = {}
     for step in steps:
@@ -533,6 +630,8 @@ def run_all(work: Path, seconds: float, console: Console, only: set[str] | None 
             directory.mkdir(parents=True)
             total, stolen = _cpu_ticks()
             try:
+                if mm_problem is not None and step.key.startswith("mm_"):
+                    raise RuntimeError(mm_problem)
                 results["runs"].setdefault(step.key, []).append(step.run(directory))
             except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
                 if not step.key.startswith("mm_"):
@@ -564,7 +663,12 @@ def _span(runs: list[Any], get: Callable[[Any], Any]) -> str:
 def render(results: dict[str, Any], console: Console) -> None:
     """The table of every step that ran; figures over repeated runs are shown as ranges."""
     runs: dict[str, list[Any]] = results["runs"]
-    live = any(key.startswith("mm_") for key in runs)
+    mm_runs = {key: value for key, value in runs.items() if key.startswith("mm_")}
+    # Live: some mm-link figure measured now; any step that failed sends the reader to the
+    # reference figures as well, saying why.
+    live = any("error" not in r for value in mm_runs.values() for r in value)
+    mm_failures = {key: next(r["error"] for r in value if "error" in r)
+                   for key, value in mm_runs.items() if any("error" in r for r in value)}
     table = TerminalTable(title="clawbed-emu benchmark" + (f" beside {results['mm_link']}, measured now" if live else ""),
                           show_lines=False)
     table.add_column("measurement")
@@ -668,9 +772,14 @@ def render(results: dict[str, Any], console: Console) -> None:
                           f"{span('mahimahi', functools.partial(_nth_trace, i, ('delivery_error', 'p99_ms')))} ms",
                           reference)
     console.print(table)
-    if not live:
-        refs = TerminalTable(title="Mahimahi figures measured elsewhere (no mm-link here: $MM_LINK or mm-link on PATH "
-                                   "to measure it beside the emulator) — not a comparison", show_lines=False)
+    if mm_failures:
+        console.print(f"mm-link ({results.get('mm_link')}) failed live here"
+                      + (f" (as user {results['mm_user']})" if results.get("mm_user") else "") + ": "
+                      + "; ".join(f"{key}: {why}" for key, why in mm_failures.items()))
+    if not live or mm_failures:
+        why = ("mm-link failed live here, so these instead" if mm_runs else
+               "no mm-link here: $MM_LINK or mm-link on PATH to measure it beside the emulator")
+        refs = TerminalTable(title=f"Mahimahi figures measured elsewhere ({why}) — not a comparison", show_lines=False)
         for col in ("what", "mm-link", "clawbed-emu then", "where", "when"):
             refs.add_column(col)
         for ref in results.get("references", REFERENCES):
@@ -692,14 +801,17 @@ def render(results: dict[str, Any], console: Console) -> None:
               help="clawbed-emu to measure (default: the release build).")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True,
               help="Where to write the JSON results.")
-def main(seconds: float, only: str, repeat: int, binary: Path | None, output: Path) -> None:
+@click.option("--mm-user", default=None,
+              help="Unprivileged user to run mm-link as (it refuses root); default, as root: a system user "
+                   "cb<run id>mm made for the bench and removed at exit.")
+def main(seconds: float, only: str, repeat: int, binary: Path | None, output: Path, mm_user: str | None) -> None:
     """Measure the emulator and write bench-results/emulator.json."""
     global _binary
     _binary = binary
     console = Console()
     steps = {s.strip() for s in only.split(",") if s.strip()} or None
     with tempfile.TemporaryDirectory(prefix="clawbed-emu-bench-") as tmp:
-        results = run_all(Path(tmp), seconds, console, steps, repeat)
+        results = run_all(Path(tmp), seconds, console, steps, repeat, mm_user)
     results["binary"] = str(binary or BINARY)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2) + "\n")

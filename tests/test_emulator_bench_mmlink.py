@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import io
 import os
+import pwd
+import shutil
 import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -73,3 +77,77 @@ def test_without_mm_link_the_references_say_where_and_when() -> None:
     text = io.StringIO()
     bench.render(results, Console(file=text, width=250))
     assert "mm-link, same machine, now" in text.getvalue() and "4.2 % of a core" in text.getvalue()
+
+
+REFUSES_ROOT = """#!/bin/sh
+# mm-link's own rule: it refuses to run as root.
+if [ "$(id -u)" = 0 ]; then echo "please run as non-root" >&2; exit 1; fi
+""" + FAKE_MM_LINK.split("\n", 1)[1]
+
+ALWAYS_REFUSES = """#!/bin/sh
+echo "please run as non-root" >&2
+exit 1
+"""
+
+
+@pytest.fixture
+def public_dir() -> Iterator[Path]:
+    """A folder any user can read (pytest's are root's only, as the bench's own are)."""
+    path = Path(tempfile.mkdtemp(prefix="clawbed-test-mm-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _program(folder: Path, text: str) -> Path:
+    path = folder / "mm-link"
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.root
+def test_mm_link_runs_as_a_user_the_bench_makes_and_removes(tmp_path: Path, public_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MM_LINK", str(_program(public_dir, REFUSES_ROOT)))
+    results = bench.run_all(tmp_path, 1.0, Console(file=io.StringIO()), {"mm_idle"})
+    user = results["mm_user"]
+    assert user.startswith("cb") and user.endswith("mm") and len(user) <= 15
+    assert "error" not in results["mm_idle"], results["mm_idle"]
+    assert results["mm_idle"]["cpu_percent"] >= 0
+    with pytest.raises(KeyError):
+        pwd.getpwnam(user)  # removed on the way out
+    text = io.StringIO()
+    bench.render(results, Console(file=text, width=250))
+    assert "mm-link, same machine, now" in text.getvalue() and "not a comparison" not in text.getvalue()
+
+
+def test_a_failing_mm_link_falls_back_to_the_references_saying_so(tmp_path: Path, public_dir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MM_LINK", str(_program(public_dir, ALWAYS_REFUSES)))
+    results = bench.run_all(tmp_path, 1.0, Console(file=io.StringIO()), {"mm_idle", "mm_12mbit"})
+    assert "please run as non-root" in results["mm_idle"]["error"]
+    assert "please run as non-root" in results["mm_12mbit"]["error"]
+    text = io.StringIO()
+    bench.render(results, Console(file=text, width=250))
+    printed = text.getvalue()
+    assert "failed live here" in printed and "mm_idle: RuntimeError: mm-link exited 1: please run as non-root" in printed
+    assert "mm-link failed live here, so these instead" in printed and "not a comparison" in printed
+    assert "issue 14" in printed  # the reference figures, with where they were measured
+
+
+@pytest.mark.root
+def test_mm_user_flag_names_an_unprivileged_user(tmp_path: Path, public_dir: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MM_LINK", str(_program(public_dir, REFUSES_ROOT)))
+    for sub in "abc":
+        (tmp_path / sub).mkdir()
+    with pytest.raises(click.BadParameter, match="'root' is root; mm-link refuses to run as root"):
+        bench.run_all(tmp_path / "a", 1.0, Console(file=io.StringIO()), {"mm_idle"}, mm_user_name="root")
+    with pytest.raises(click.BadParameter, match="no such user 'cbnosuchuser'"):
+        bench.run_all(tmp_path / "b", 1.0, Console(file=io.StringIO()), {"mm_idle"}, mm_user_name="cbnosuchuser")
+    results = bench.run_all(tmp_path / "c", 1.0, Console(file=io.StringIO()), {"mm_idle"}, mm_user_name="nobody")
+    assert results["mm_user"] == "nobody" and "error" not in results["mm_idle"], results["mm_idle"]
+    pwd.getpwnam("nobody")  # a named user is left alone

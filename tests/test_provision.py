@@ -32,6 +32,8 @@ PACKAGE_OF = {
     "sh": "essential", "bash": "essential", "cat": "essential", "false": "essential", "true": "essential",
     "env": "essential", "sysctl": "procps",
     "mount": "essential", "umount": "essential", "kill": "procps", "sleep": "essential",
+    # passwd (Priority: required, so in minbase): the emulator bench makes the user mm-link runs as.
+    "useradd": "essential", "userdel": "essential",
     "rustc": "built", "cargo": "built", "clawbed-emu": "built", "cbtrace": "built",
 }
 
