@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # Re-exported: callers take the scheduler names and default from the config module.
+from clawbed.emulator.events import EventError, check_events
 from clawbed.emulator.policies import DEFAULT_SCHEDULER as DEFAULT_SCHEDULER
 from clawbed.emulator.policies import POLICIES
 from clawbed.emulator.policies import SCHEDULERS as SCHEDULERS
@@ -413,6 +414,10 @@ class EmulatorConfig(_Model):
     ues: list[UeConfig] = Field(min_length=1, max_length=MAX_UES)
     diag: DiagConfig = Field(default_factory=DiagConfig)
     cell: CellConfig = Field(default_factory=CellConfig)
+    events: list[dict[str, Any]] = Field(default_factory=list,
+                                         description="scripted events (clawbed.emulator.events): tables with kind "
+                                                     "(drop, outage, capacity, burst) and parameters; at_ms counts "
+                                                     "from time zero and from each seek")
 
     @field_validator("background_trace")
     @classmethod
@@ -439,6 +444,10 @@ class EmulatorConfig(_Model):
                 if ue.address in addresses:
                     raise _FieldError(f"ues[{i}].address", f"{ue.address} is also UE {addresses[ue.address]}'s")
                 addresses[ue.address] = i
+        try:
+            self.__dict__["events"] = check_events(self.events, len(self.ues))
+        except EventError as e:
+            raise _FieldError(e.key, e.problem) from None
         return self
 
     @classmethod

@@ -60,6 +60,7 @@ class PacketEvent(IntEnum):
     DELIVER = 0
     DROP_OVERFLOW = 1
     DROP_RLC = 2
+    DROP_EVENT = 3  #: a scripted drop (the config's ``events``, kind ``drop``)
 
 
 class Direction(IntEnum):

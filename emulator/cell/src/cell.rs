@@ -7,6 +7,7 @@ use crate::demand::demand_rbs;
 use crate::diag::{
     DiagRecord, MacDlTransportBlock, MacSample, PdcpDlStats, PdschStat, RlcDlStats, ServCellMeasurement, TransportBlock,
 };
+use crate::events::{DownlinkPacket, Effects, EventTally, Script, ScriptedEvent};
 use crate::harq::{HarqEntity, LossModel, PendingTb, Transmission};
 use crate::queue::QueuePolicy;
 use crate::rlc::{Resolved, RlcEntity, TbPayload};
@@ -126,6 +127,11 @@ struct Ue<H> {
     uplink_active: bool,
     /// The UE's uplink buffer after the last of those packets arrived, bytes.
     uplink_queued_bytes: u64,
+    /// Open loop under a scaled capacity: the fraction of a byte the last subframes' budgets
+    /// left, carried to the next.
+    open_loop_carry: f64,
+    /// Scripted drops not yet reported in a truth record, packets and bytes.
+    unreported_event_drops: (u32, u64),
 }
 
 /// Random streams of a UE: HARQ draws and RSRQ noise, apart so that one does not shift
@@ -161,6 +167,10 @@ pub struct Cell<H> {
     last_t_ms: Option<u64>,
     /// Trace time minus run time, ms: 0 until [`Cell::seek_trace`] moves the traces.
     trace_shift_ms: i64,
+    /// Scripted events ([`crate::events`]).
+    script: Script,
+    /// The timed events' effects in the subframe being run.
+    effects_now: Effects,
 }
 
 /// Checks that `source` (named `field`) agrees with the cell's N_rb and antenna ports.
@@ -268,6 +278,8 @@ impl<H> Cell<H> {
                     unreported_overflow: (0, 0),
                     uplink_active: false,
                     uplink_queued_bytes: 0,
+                    open_loop_carry: 0.0,
+                    unreported_event_drops: (0, 0),
                 }
             })
             .collect();
@@ -289,7 +301,57 @@ impl<H> Cell<H> {
             grants: vec![0; n],
             last_t_ms: None,
             trace_shift_ms: 0,
+            script: Script::new(Vec::new(), n),
+            effects_now: Effects::default(),
         })
+    }
+
+    /// The cell with scripted `events` (kind name, event; [`crate::events`]), armed at
+    /// subframe 0. Fails, naming `events[i].ue`, on an event of a UE the cell does not have.
+    pub fn with_events(
+        mut self,
+        events: Vec<(&'static str, Box<dyn ScriptedEvent + Send>)>,
+    ) -> Result<Cell<H>, ConfigError> {
+        for (i, (_, event)) in events.iter().enumerate() {
+            if let Some(ue) = event.ue().filter(|ue| ue.index() >= self.ues.len()) {
+                return Err(ConfigError::new(
+                    format!("events[{i}].ue"),
+                    format!("UE {} is not in the cell of {} UEs", ue.0, self.ues.len()),
+                ));
+            }
+        }
+        self.script = Script::new(events, self.ues.len());
+        Ok(self)
+    }
+
+    /// Arms the scripted events at subframe `t_ms` (the next one to run): their `at_ms`
+    /// count from there and each drop fires anew. A caller that seeks the traces for each
+    /// of several runs over the same stretch re-arms with the seek.
+    pub fn arm_events(&mut self, t_ms: u64) {
+        self.script.arm(t_ms);
+    }
+
+    /// Whether a scripted event drops packets: the caller must then pass every downlink
+    /// packet to [`Cell::scripted_drop`], with its TCP facts.
+    pub fn has_drop_events(&self) -> bool {
+        self.script.has_drops()
+    }
+
+    /// Whether a scripted drop takes UE `ue`'s downlink `packet`, taken in for subframe
+    /// `t_ms` (before [`Cell::enqueue`]; a packet dropped here is not enqueued). Counted in
+    /// the next truth record's `event_drops`.
+    pub fn scripted_drop(&mut self, ue: UeId, t_ms: u64, packet: &DownlinkPacket) -> bool {
+        let dropped = self.script.drops(ue, t_ms, packet);
+        if let (true, Some(u)) = (dropped, self.ues.get_mut(ue.index())) {
+            u.unreported_event_drops.0 += 1;
+            u.unreported_event_drops.1 += u64::from(packet.len_bytes);
+        }
+        dropped
+    }
+
+    /// What each scripted event did so far, in config order.
+    pub fn event_tallies(&self) -> Vec<EventTally> {
+        self.script.tallies()
     }
 
     /// Resource blocks of the cell, N_rb.
@@ -427,6 +489,9 @@ impl<H> Cell<H> {
         // Conditions, due retransmissions, RRC and demands.
         let mut reserved_rbs = 0u8;
         let trace_t_ms = self.trace_ms(t_ms);
+        if !self.script.is_empty() {
+            self.effects_now.clone_from(self.script.effects(t_ms));
+        }
         for (i, u) in self.ues.iter_mut().enumerate() {
             let now = u.conditions.at(trace_t_ms);
             let mut due = u.harq.take_due(t_ms);
@@ -438,7 +503,8 @@ impl<H> Cell<H> {
                 uplink_bytes: std::mem::take(&mut u.uplink_queued_bytes),
             };
             let rrc = u.rrc.step(t_ms, input, &mut u.rrc_rng);
-            let stalled = u.stall.stalled(t_ms, &mut u.stall_rng) | now.is_some_and(|c| c.outage);
+            let effect = self.effects_now.ues.get(i).copied().unwrap_or_default();
+            let stalled = u.stall.stalled(t_ms, &mut u.stall_rng) | now.is_some_and(|c| c.outage) | effect.outage;
             let served = rrc.reachable && !stalled;
             if !served {
                 // Held, not failed: a due retransmission waits one more HARQ round trip in
@@ -449,7 +515,7 @@ impl<H> Cell<H> {
             }
             self.demand[i] = match (due, now.map(|c| c.capacity)) {
                 (None, Some(Capacity::Channel { mcs, layers })) if served => {
-                    demand_rbs(mcs, layers, u.rlc.sendable_bytes(t_ms), n_rb)
+                    demand_rbs(mcs, layers, unscaled_bytes(u.rlc.sendable_bytes(t_ms), effect.capacity_factor), n_rb)
                 }
                 _ => 0,
             };
@@ -473,8 +539,11 @@ impl<H> Cell<H> {
                 .unwrap_or(self.config.default_other_users as u8),
         };
 
-        // Scheduling.
+        // Scheduling: HARQ retransmissions first, then a scripted burst of other users,
+        // then the scheduler shares the rest.
         let free_rbs = n_rb.saturating_sub(reserved_rbs);
+        let burst_rbs = burst_rbs(self.effects_now.burst_share, n_rb).min(free_rbs);
+        let free_rbs = free_rbs - burst_rbs;
         let request = Request { free_rbs, other_demand_rbs, other_users, demand_rbs: &self.demand };
         let other_alloc_rbs = self.scheduler.allocate(&request, &mut self.grants).min(other_demand_rbs);
 
@@ -482,7 +551,7 @@ impl<H> Cell<H> {
         let max_tx = self.config.harq.max_tx as u8;
         let rlc_delay_ms = u64::from(self.config.rlc.retx_delay_ms);
         let rlc_max_retx = self.config.rlc.max_retx as u8;
-        let mut total_alloc = u32::from(other_alloc_rbs);
+        let mut total_alloc = u32::from(other_alloc_rbs) + u32::from(burst_rbs);
         let (frame_num, subframe_num) = self.sfn(t_ms);
         for (i, u) in self.ues.iter_mut().enumerate() {
             let mut resolved = Resolved {
@@ -497,6 +566,7 @@ impl<H> Cell<H> {
             let now = self.now[i];
             let first_tx = now.map_or(FirstTx::Unspecified, |c| c.first_tx);
             let grant = self.grants[i].min(self.demand[i]);
+            let effect = self.effects_now.ues.get(i).copied().unwrap_or_default();
             let mut sent: Option<Sent> = None;
             if let Some(tb) = self.due[i].take() {
                 // A HARQ retransmission on the RBs reserved for it.
@@ -519,7 +589,7 @@ impl<H> Cell<H> {
                 sent = Some(Sent { block, payload: tb.payload, layers: tb.layers, harq_retx: true, common: false });
             } else if let Some(Capacity::Channel { mcs, layers }) = now.map(|c| c.capacity).filter(|_| grant > 0) {
                 // A new transport block on the granted RBs.
-                let tbs_bits = lte::tbs::tbs_bits(mcs, grant, layers).unwrap_or(0);
+                let tbs_bits = scaled_bits(lte::tbs::tbs_bits(mcs, grant, layers).unwrap_or(0), effect.capacity_factor);
                 let payload = u.rlc.fill(t_ms, u64::from(tbs_bits / 8));
                 let transmission = if payload.carries_rlc_retx() { Transmission::RlcRetx } else { Transmission::New };
                 let fails = u.rng.bernoulli(self.loss.failure_probability(transmission, first_tx));
@@ -548,6 +618,14 @@ impl<H> Cell<H> {
                 // Open loop: the subframe's bytes, no scheduler, no HARQ. A subframe that
                 // carried nothing had no transport block: a budget nobody used is not a
                 // transmission (a phone reports no PDSCH for it either).
+                let bytes = if effect.capacity_factor == 1.0 {
+                    u.open_loop_carry = 0.0;
+                    bytes
+                } else {
+                    let budget = f64::from(bytes) * effect.capacity_factor + u.open_loop_carry;
+                    u.open_loop_carry = budget.fract();
+                    budget.trunc() as u32
+                };
                 let payload = u.rlc.fill(t_ms, u64::from(bytes));
                 if payload.len_bytes() > 0 {
                     let block = TransportBlock {
@@ -595,6 +673,7 @@ impl<H> Cell<H> {
                 _ => (None, 1),
             };
             let overflow = std::mem::take(&mut u.unreported_overflow);
+            let event_drops = std::mem::take(&mut u.unreported_event_drops);
             out.truth.ues.push(UeTruth {
                 ue: u.id,
                 mcs: channel_mcs,
@@ -615,6 +694,10 @@ impl<H> Cell<H> {
                 rrc: self.rrc_now[i].state,
                 drx: self.rrc_now[i].drx,
                 stalled: self.stalled_now[i],
+                scripted_outage: effect.outage,
+                capacity_factor: effect.capacity_factor,
+                event_drops: event_drops.0,
+                event_drop_bytes: event_drops.1,
             });
             let payload_bytes = |payload: &TbPayload| u32::try_from(payload.len_bytes()).unwrap_or(u32::MAX);
             // The diag log shows the shared channel only; FACH's bytes are in the truth.
@@ -680,7 +763,8 @@ impl<H> Cell<H> {
         truth.n_rb = n_rb;
         truth.other_demand_rbs = other_demand_rbs;
         truth.other_users = other_users;
-        truth.other_alloc_rbs = other_alloc_rbs;
+        truth.other_alloc_rbs = other_alloc_rbs + burst_rbs;
+        truth.burst_rbs = burst_rbs;
         truth.total_alloc_rbs = total_alloc_rbs;
         truth.rsrq_db = true_rsrq_db;
     }
@@ -690,5 +774,30 @@ impl<H> Cell<H> {
         let frame = (u64::from(self.start_sfn) + t_ms / SUBFRAMES_PER_FRAME) % SFN_CYCLE;
         // Both below 1024 and 10.
         (frame as u16, (t_ms % SUBFRAMES_PER_FRAME) as u8)
+    }
+}
+
+/// RBs a burst taking `share` of a cell of `n_rb` RBs takes (whole RBs, rounded).
+fn burst_rbs(share: f64, n_rb: u8) -> u8 {
+    // share is checked 0..=1, so the product is within 0..=n_rb.
+    (share * f64::from(n_rb)).round().clamp(0.0, f64::from(n_rb)) as u8
+}
+
+/// The bytes a full-capacity transport block must carry for a UE whose capacity is scaled by
+/// `factor` to carry `bytes` (its demand in RBs grows as its capacity shrinks).
+fn unscaled_bytes(bytes: u64, factor: f64) -> u64 {
+    if factor == 1.0 {
+        bytes
+    } else {
+        (bytes as f64 / factor).ceil() as u64
+    }
+}
+
+/// A transport block's bits under a capacity scaled by `factor`, whole bytes.
+fn scaled_bits(bits: u32, factor: f64) -> u32 {
+    if factor == 1.0 {
+        bits
+    } else {
+        ((f64::from(bits) * factor / 8.0).floor() * 8.0).min(f64::from(u32::MAX)) as u32
     }
 }

@@ -75,6 +75,13 @@
 //! `POLICIES` registry, next to the types ([`policy`] has the machinery and the
 //! catalogue the binary prints).
 //!
+//! # Scripted events
+//!
+//! A config's `events` ([`events`]): drops of chosen downlink packets, outages, capacity
+//! steps and bursts of other users at chosen moments, relative to the last arming
+//! ([`Cell::arm_events`]); recorded in the truth (`scripted_outage`, `capacity_factor`,
+//! `event_drops`, `burst_rbs`).
+//!
 //! # Outside the cell
 //!
 //! The uplink MAC ([`uplink`]: SR period, grant delay, uplink capacity) and the core delay
@@ -89,6 +96,7 @@ pub mod config;
 pub mod delay;
 pub mod demand;
 pub mod diag;
+pub mod events;
 pub mod harq;
 pub mod policy;
 pub mod queue;

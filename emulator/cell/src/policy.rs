@@ -111,11 +111,11 @@ pub struct Param {
     pub doc: &'static str,
 }
 
-impl Param {
-    /// `value` checked against the type and range, converted to the type's variant.
-    fn check(&self, value: &ParamValue) -> Result<ParamValue, String> {
-        let out_of_range = || format!("must be {}, got {value}", self.expected());
-        match (self.kind, value) {
+impl ParamType {
+    /// `value` checked against the type and range, converted to the type's variant; the
+    /// error says what was expected.
+    pub fn check(&self, value: &ParamValue) -> Result<ParamValue, String> {
+        match (*self, value) {
             (ParamType::Real { min, max }, ParamValue::Real(x)) if x.is_finite() && (min..=max).contains(x) => {
                 Ok(ParamValue::Real(*x))
             }
@@ -127,16 +127,24 @@ impl Param {
                 Ok(ParamValue::Integer(i))
             }
             (ParamType::Bool, &ParamValue::Bool(b)) => Ok(ParamValue::Bool(b)),
-            _ => Err(out_of_range()),
+            _ => Err(format!("must be {}, got {value}", self.expected())),
         }
     }
 
-    fn expected(&self) -> String {
-        match self.kind {
+    /// What a value of this type and range is, for messages.
+    pub fn expected(&self) -> String {
+        match *self {
             ParamType::Real { min, max } => format!("a number in {min}..={max}"),
             ParamType::Integer { min, max } => format!("an integer in {min}..={max}"),
             ParamType::Bool => "true or false".into(),
         }
+    }
+}
+
+impl Param {
+    /// `value` checked against the type and range, converted to the type's variant.
+    fn check(&self, value: &ParamValue) -> Result<ParamValue, String> {
+        self.kind.check(value)
     }
 }
 

@@ -52,6 +52,14 @@ pub struct UeTruth {
     /// The UE's link was stalled (stall process or the trace's `outage` column): nothing
     /// was sent to it.
     pub stalled: bool,
+    /// A scripted outage (`events`, kind `outage`) was in force (`stalled` is set too).
+    pub scripted_outage: bool,
+    /// Scale of the UE's capacity by scripted capacity steps (1: none in force).
+    pub capacity_factor: f64,
+    /// Downlink packets scripted drops took in this subframe (`events`, kind `drop`).
+    pub event_drops: u32,
+    /// Bytes of those packets.
+    pub event_drop_bytes: u64,
 }
 
 /// One subframe of the whole cell.
@@ -65,8 +73,10 @@ pub struct TruthRecord {
     pub other_demand_rbs: u8,
     /// Active other users counted for the fair share.
     pub other_users: u8,
-    /// RBs the other users received.
+    /// RBs the other users received (a scripted burst's included).
     pub other_alloc_rbs: u8,
+    /// RBs a scripted burst of other users took (`events`, kind `burst`; 0: none).
+    pub burst_rbs: u8,
     /// All RBs allocated, A_k = other users' + Σ S_k.
     pub total_alloc_rbs: u8,
     /// Noise-free RSRQ of A_k by Eq. 6, dB.

@@ -256,6 +256,9 @@ pub struct FileConfig {
     pub diag: DiagFile,
     /// The cell model's parameters (scheduler, harq, rlc, rsrq, rrc, n_rb, ...).
     pub cell: cell::CellConfig,
+    /// Scripted events (`cell::events`): tables with `kind` (`drop`, `outage`, `capacity`,
+    /// `burst`) and its parameters; times in ms since time zero or the last seek.
+    pub events: Vec<PolicyChoice>,
 }
 
 impl Default for FileConfig {
@@ -278,6 +281,7 @@ impl Default for FileConfig {
             ues: Vec::new(),
             diag: DiagFile::default(),
             cell: cell::CellConfig::default(),
+            events: Vec::new(),
         }
     }
 }
@@ -326,6 +330,16 @@ pub struct Cli {
     /// parameters, and exit.
     #[arg(long)]
     pub list_policies: bool,
+    /// A scripted event, KIND:PARAM=VALUE[,PARAM=VALUE...], e.g. `drop:in_flight_bytes=300000`,
+    /// `outage:at_ms=3000,ms=500`, `capacity:at_ms=2000,factor=0.5,ms=1000`,
+    /// `burst:at_ms=1000,ms=2000,share=0.6`; appended to the config's `events`. May be
+    /// repeated; `--list-events` lists the kinds and parameters.
+    #[arg(long, value_name = "KIND:PARAM=VALUE,...")]
+    pub event: Vec<String>,
+    /// List the scripted events' kinds with their parameters as JSON (what
+    /// `emulator/events.json` holds), and exit.
+    #[arg(long)]
+    pub list_events: bool,
     /// With --list-policies: print the list as JSON (what `emulator/policies.json` holds).
     #[arg(long, requires = "list_policies")]
     pub json: bool,
@@ -566,6 +580,8 @@ pub struct Config {
     pub diag_phone: crate::diag::phone::PhoneTiming,
     /// The cell model's parameters (policies included).
     pub cell: cell::CellConfig,
+    /// Scripted events, checked.
+    pub events: Vec<PolicyChoice>,
 }
 
 impl Config {
@@ -750,6 +766,12 @@ fn apply_flags(file: &mut FileConfig, cli: &Cli) -> Result<()> {
             ue.cell.queue_limit_bytes = bytes;
         }
     }
+    for text in &cli.event {
+        let bad = |problem: String| Error::config("--event", format!("`{text}`: {problem}"));
+        let choice = cell::events::parse(text).map_err(bad)?;
+        cell::events::check(&choice).map_err(|e| bad(format!("{}: {}", e.field, e.problem)))?;
+        file.events.push(choice);
+    }
     // Last, so that a per-UE policy reaches the UEs the flags above added.
     for spec in &cli.policy {
         let bad = |problem: String| Error::config("--policy", format!("`{spec}`: {problem}"));
@@ -782,6 +804,12 @@ pub fn list_policies(json: bool) -> String {
         }
     }
     out
+}
+
+/// The scripted events' kinds and parameters as `--list-events` prints them: JSON
+/// (`emulator/events.json`).
+pub fn list_events() -> String {
+    serde_json::to_string_pretty(cell::events::EVENTS).unwrap_or_default() + "\n"
 }
 
 /// Checks a delay in ms: finite, 0..=10000.
@@ -866,6 +894,7 @@ fn validate(file: FileConfig) -> Result<Config> {
     }
     file.diag.phone.validate().map_err(|(field, problem)| Error::config(format!("diag.phone.{field}"), problem))?;
     file.cell.validate().map_err(|e| Error::config(format!("cell.{}", e.field), e.problem))?;
+    check_events(&file.events, file.ues.len())?;
 
     let Some(core) = &file.core else {
         return Err(Error::config("core.netns", "the core namespace must be given (core.netns or --core-netns)"));
@@ -997,7 +1026,27 @@ fn validate(file: FileConfig) -> Result<Config> {
         diag_feed_timing: file.diag.feed_timing,
         diag_phone: file.diag.phone,
         cell: file.cell.clone(),
+        events: file.events.clone(),
     })
+}
+
+/// Checks the scripted events: each one's kind and parameters, its UE among the `n_ues`;
+/// errors name `events[i].<key>`.
+fn check_events(events: &[PolicyChoice], n_ues: usize) -> Result<()> {
+    if events.len() > cell::events::MAX_EVENTS {
+        return Err(Error::config(
+            "events",
+            format!("at most {} events, got {}", cell::events::MAX_EVENTS, events.len()),
+        ));
+    }
+    for (i, event) in events.iter().enumerate() {
+        let params =
+            cell::events::check(event).map_err(|e| Error::config(format!("events[{i}].{}", e.field), e.problem))?;
+        if let Some(ue) = params.integer("ue").filter(|&ue| ue >= n_ues as u64) {
+            return Err(Error::config(format!("events[{i}].ue"), format!("UE {ue} is not one of the {n_ues} UEs")));
+        }
+    }
+    Ok(())
 }
 
 /// A path that must name an existing file.
@@ -1140,6 +1189,53 @@ mod tests {
              `CLAWBED_BLESS=1 cargo test -p emulator --lib config` (or `clawbed-emu --list-policies --json`)"
         );
         assert!(list_policies(false).contains("round-robin"));
+    }
+
+    #[test]
+    fn the_event_list_python_reads_is_the_registry() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../events.json");
+        let expected = list_events();
+        if std::env::var_os("CLAWBED_BLESS").is_some() {
+            std::fs::write(&path, &expected).expect("writing emulator/events.json");
+        }
+        let found = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            found == expected,
+            "emulator/events.json differs from the cell crate's event registry: regenerate it with \
+             `CLAWBED_BLESS=1 cargo test -p emulator --lib config` (or `clawbed-emu --list-events`)"
+        );
+    }
+
+    #[test]
+    fn events_from_flags_and_file_are_checked_naming_the_key() {
+        let base = ["--rate", "1mbit", "--core-netns", "cbxcore", "--ue-netns", "cbxue0", "--ue-netns", "cbxue1"];
+        let with = |extra: &[&str]| Config::load(&cli(&[&base[..], extra].concat()));
+        let c = with(&["--event", "drop:in_flight_bytes=300000", "--event", "burst:at_ms=1000,ms=2000,share=0.6"])
+            .expect("valid");
+        assert_eq!(c.events.len(), 2);
+        assert_eq!(c.events[1].kind, "burst");
+        for (flag, needle) in [
+            ("outage:at_ms=3000", "ms: an outage event needs it"),
+            ("capacity:at_ms=1,factor=0.5,ms=1,x=2", "x: unknown parameter"),
+            ("drop", "exactly one of"),
+            ("flood:at_ms=1", "kind: unknown `flood`"),
+            ("outage at_ms=1", "is not KIND:PARAM=VALUE"),
+        ] {
+            let e = with(&["--event", flag]).expect_err(flag);
+            assert!(e.to_string().contains("--event") && e.to_string().contains(needle), "{flag}: {e}");
+            assert_eq!(e.exit_code(), 2);
+        }
+        let e = with(&["--event", "outage:ue=2,at_ms=1,ms=1"]).expect_err("UE 2 of 2");
+        assert!(e.to_string().contains("events[0].ue"), "{e}");
+        let e = Config::from_text(
+            r#"{"mode": "rate", "core": {"netns": "cbxcore"}, "ues": [{"netns": "cbxue0", "rate": "1mbit"}],
+                "events": [{"kind": "outage", "at_ms": 1, "ms": 5}, {"kind": "outage", "at_ms": -3, "ms": 5},
+                           {"kind": "burst", "at_ms": 1, "ms": 5, "share": 2}]}"#,
+            true,
+            Path::new("/"),
+        )
+        .expect_err("at_ms < 0");
+        assert!(e.to_string().contains("events[1].at_ms"), "{e}");
     }
 
     #[test]

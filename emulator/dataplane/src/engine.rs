@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cell::events::{DownlinkPacket, EventTally};
 use cell::{Cell, DropCause, Enqueued, SubframeOutput, TruthRecord, UeId, UplinkAllowance};
 use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
@@ -35,6 +36,7 @@ use serde::Serialize;
 use crate::clock::{monotonic_now_ns, sleep_until, Histogram, Nanos, Summary, TimeBase, NANOS_PER_MS};
 use crate::diag::{DiagBatch, DiagQueue};
 use crate::doorbell::Doorbell;
+use crate::flows::Flows;
 use crate::model::UeLinks;
 use crate::offload::Offload;
 use crate::pool::Packet;
@@ -109,6 +111,8 @@ pub struct DirectionCounters {
     pub dropped_overflow: Tally,
     /// Lost by RLC (downlink only).
     pub dropped_rlc: Tally,
+    /// Dropped by a scripted drop event (downlink only).
+    pub dropped_event: Tally,
     /// Refused by the destination TUN's write.
     pub write_errors: Tally,
     /// Still inside the emulator at shutdown (delay lines, queues).
@@ -160,6 +164,8 @@ pub struct EngineCounters {
     pub seeks: u64,
     /// Seek files refused (not a trace time), renamed `seek.rejected`.
     pub seeks_rejected: u64,
+    /// What each scripted event did (`events`, in config order); each seek re-armed them.
+    pub events: Vec<EventTally>,
 }
 
 /// One UE's lines on the cell thread.
@@ -218,6 +224,8 @@ pub struct Engine {
     counters: EngineCounters,
     /// Where SIGHUP finds the trace time to seek to (see [`Engine::with_seek_file`]).
     seek_file: Option<PathBuf>,
+    /// TCP flows toward the UEs, followed while a scripted drop exists.
+    flows: Flows,
 }
 
 impl Engine {
@@ -285,8 +293,10 @@ impl Engine {
                 trace_ended: false,
                 seeks: 0,
                 seeks_rejected: 0,
+                events: Vec::new(),
             },
             seek_file: None,
+            flows: Flows::new(),
         }
     }
 
@@ -363,6 +373,8 @@ impl Engine {
             Ok(None) => {}
             Ok(Some(trace_ms)) => {
                 self.cell.seek_trace(self.next_subframe, trace_ms);
+                // The scripted events count from each seek: in a replay, from each load's start.
+                self.cell.arm_events(self.next_subframe);
                 self.counters.seeks += 1;
                 if let Err(e) = std::fs::remove_file(&path) {
                     crate::report!("clawbed-emu: warning: removing {} after the seek: {e}", path.display());
@@ -445,11 +457,26 @@ impl Engine {
             match a.direction {
                 Direction::Downlink => {
                     self.counters.ues[ue].downlink.received.add(len);
+                    if self.cell.has_drop_events() {
+                        let packet = DownlinkPacket {
+                            len_bytes: len as u32,
+                            tcp: self.flows.downlink(a.ue, item.packet.bytes()),
+                        };
+                        if self.cell.scripted_drop(UeId(a.ue), self.next_subframe, &packet) {
+                            self.counters.ues[ue].downlink.dropped_event.add(len);
+                            let event = PacketEvent::DropEvent;
+                            self.drops.push(drop_record(start_ns, ue, &item, event, Direction::Downlink));
+                            continue;
+                        }
+                    }
                     let core_ns = lane.links.core_down.at(arrival_ns, self.cell.trace_shift_ms());
                     lane.to_bs.push(arrival_ns + core_ns, item);
                 }
                 Direction::Uplink => {
                     self.counters.ues[ue].uplink.received.add(len);
+                    if self.cell.has_drop_events() {
+                        self.flows.uplink(a.ue, item.packet.bytes());
+                    }
                     let arrived = lane.uplink.arrive(arrival_ns, len as u32, item);
                     self.cell.uplink_activity(UeId(a.ue), lane.uplink.queued_bytes());
                     if let Err(item) = arrived {
@@ -590,6 +617,7 @@ impl Engine {
         self.outputs.tx.close();
         self.outputs.diag.close();
         self.counters.subframe_lateness = self.lateness.summary();
+        self.counters.events = self.cell.event_tallies();
         self.counters
     }
 }

@@ -41,6 +41,7 @@ pub mod diag;
 pub mod doorbell;
 pub mod engine;
 pub mod error;
+pub mod flows;
 pub mod model;
 #[allow(unsafe_code)]
 pub mod netns;

@@ -80,6 +80,10 @@ fn run(cli: &Cli) -> Result<()> {
         print!("{}", emulator::config::list_policies(cli.json));
         return Ok(());
     }
+    if cli.list_events {
+        print!("{}", emulator::config::list_events());
+        return Ok(());
+    }
     let config = Config::load(cli)?;
     let (cell, links) = emulator::model::build::<InFlight>(&config)?;
     if cli.check {

@@ -140,9 +140,27 @@ pub fn build<H>(config: &Config) -> Result<(Cell<H>, Vec<UeLinks>)> {
             }
         }
     }
+    .and_then(|cell| {
+        let events = config
+            .events
+            .iter()
+            .enumerate()
+            .map(|(i, choice)| {
+                let kind = cell::events::kind(&choice.kind).map_or("", |k| k.name);
+                let event = cell::events::build(choice)
+                    .map_err(|e| cell::ConfigError { field: format!("events[{i}].{}", e.field), problem: e.problem })?;
+                Ok((kind, event))
+            })
+            .collect::<std::result::Result<Vec<_>, cell::ConfigError>>()?;
+        cell.with_events(events)
+    })
     .map_err(|e| {
-        // The cell names UE fields `ues[i].x` and its own fields bare.
-        let field = if e.field.starts_with("ues[") { e.field } else { format!("cell.{}", e.field) };
+        // The cell names UE fields `ues[i].x`, events `events[i].x`, and its own fields bare.
+        let field = if e.field.starts_with("ues[") || e.field.starts_with("events[") {
+            e.field
+        } else {
+            format!("cell.{}", e.field)
+        };
         Error::config(field, e.problem)
     })?;
     Ok((cell, links))

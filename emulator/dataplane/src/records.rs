@@ -55,6 +55,8 @@ pub enum PacketEvent {
     DropOverflow = 1,
     /// Lost after RLC gave up.
     DropRlc = 2,
+    /// Dropped by a scripted drop event (`events`, kind `drop`).
+    DropEvent = 3,
 }
 
 /// One packet-log row. Times are ns of emulated time (the same zero as `t_ms`).

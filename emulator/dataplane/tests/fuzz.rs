@@ -166,6 +166,13 @@ proptest! {
                 "{ kind = \"correlated\", x = 1 }", "{ name = 1 }",
             ]),
         ), 0..10),
+        events in proptest::collection::vec(prop::sample::select(vec![
+            "kind = \"drop\"\nin_flight_bytes = 300000", "kind = \"drop\"", "kind = \"drop\"\nat_ms = 1\npacket = 2",
+            "kind = \"drop\"\nseq_byte = -1", "kind = \"outage\"\nat_ms = 3000\nms = 500", "kind = \"outage\"\nms = 1",
+            "kind = \"capacity\"\nat_ms = 1\nfactor = 0.5", "kind = \"capacity\"\nat_ms = 1\nfactor = nan",
+            "kind = \"burst\"\nat_ms = 0\nms = 5\nshare = 1.5", "kind = \"burst\"\nat_ms = 0\nms = 5\nshare = 0.6\nue = 3",
+            "kind = \"nope\"", "at_ms = 5", "kind = 5", "kind = \"outage\"\nue = 99\nat_ms = 1\nms = 1",
+        ]), 0..4),
         ues in proptest::collection::vec(prop::sample::select(vec![
             "netns = \"a\"", "netns = \"a\"\nrate = \"5mbit\"", "netns = \"b\"\nrate = \"1gbit\"\naddress = \"10.200.0.1\"",
             "netns = \"/proc/1/ns/net\"\nrate = \"1\"", "netns = \"\"", "netns = \"c\"\nuplink_rate = \"1mbps\"\nrate = \"1mbit\"",
@@ -188,6 +195,9 @@ proptest! {
         for ue in &ues {
             text += &format!("[[ues]]\n{ue}\n");
         }
+        for event in &events {
+            text += &format!("[[events]]\n{event}\n");
+        }
         if let Err(e) = Config::from_text(&text, false, Path::new("/nonexistent")) {
             prop_assert!(!e.to_string().is_empty());
         }
@@ -199,12 +209,15 @@ proptest! {
             prop::sample::select(vec![
                 "--mode", "--rate", "--uplink-rate", "--seed", "--scheduler", "--policy", "--queue-bytes",
                 "--core-delay-ms", "--air-delay-ms", "--sr-period-ms", "--core-netns", "--ue-netns", "--ue-address",
-                "--diag-port", "--duration-s", "--realtime-priority", "--max-packets", "--mtu", "--ue-tun",
+                "--diag-port", "--duration-s", "--realtime-priority", "--max-packets", "--mtu", "--ue-tun", "--event",
             ]),
             prop::sample::select(vec![
                 "0", "1", "-1", "1e308", "nan", "12mbit", "12mbps", "rate", "cell", "round-robin", "fifo",
                 "loss=fixed,probability=0.1", "loss=fixed,probability=nan", "queue=drop-tail", "scheduler=",
                 "=", "x=y,z", "10.200.1.9", "cbxu0", "a-very-long-interface-name", "4294967296",
+                "drop:in_flight_bytes=300000", "outage:at_ms=3000,ms=500", "capacity:at_ms=2000,factor=0.5,ms=1000",
+                "burst:at_ms=1000,ms=2000,share=0.6", "drop:", "outage:at_ms", ":ms=1", "burst:share=x",
+                "drop:packet=0,ue=1", "capacity:factor=1e400,at_ms=1",
             ]),
         ), 0..8),
     ) {
