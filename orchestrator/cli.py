@@ -170,6 +170,47 @@ def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: 
     _console().print(table)
 
 
+@suite.command("decompose")
+@_spec_argument
+@click.option("--sweep", default=DEFAULT_SWEEP, show_default=True)
+@_store_option
+@click.option("--with-late", is_flag=True, help="use the loads the emulator fell behind in too")
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default=None,
+              help="default: table on a terminal, csv when piped")
+def suite_decompose(spec_path: Path, sweep: str, store_path: Path | None, with_late: bool, fmt: str | None) -> None:
+    """Per factor set (trace, page, condition) and scheme: PLT, how much faster than Cubic, the
+    server's RTOs per load, the flows' slow-start exits (before any loss / on a loss) and the
+    airtime split (orchestrator/decompose.py)."""
+    import csv
+    import json
+    import sys
+
+    from clawbed.orchestrator.decompose import COLUMNS, cell, decompose
+
+    spec = load_spec(spec_path)
+    with Store(store_path) as store:
+        lines = decompose(store.loads(suite=spec.name, sweep=sweep), with_late=with_late)
+    fmt = fmt or ("table" if sys.stdout.isatty() else "csv")
+    if fmt == "json":
+        click.echo(json.dumps(lines, indent=1))
+        return
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow([k for k, _ in COLUMNS])
+        writer.writerows([[line[k] for k, _ in COLUMNS] for line in lines])
+        return
+    rows = [[cell(k, line[k]) for k, _ in COLUMNS] for line in lines]
+    if fmt == "markdown":
+        click.echo(markdown_table([h for _, h in COLUMNS], rows), nl=False)
+        return
+    table = TerminalTable(title=f"{spec.name}: where the gap comes from (sweep {sweep})")
+    for _, header in COLUMNS:
+        table.add_column(header, overflow="fold")
+    for r in rows:
+        table.add_row(*r)
+    _console().print(table)
+
+
 @click.group()
 def results() -> None:
     """The result store: query recorded loads."""
@@ -259,18 +300,34 @@ def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, j
 
 
 @click.command("regress")
-@_spec_argument
+@click.argument("spec_path", metavar="SPEC", required=False, type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--against", "against", default=None, metavar="REV",
+              help="A/B on this machine (the default without --baseline): build REV in a git worktree of its own "
+                   "(cached by commit under <state>/ab) and run it and the candidate interleaved round by round, "
+                   "paired by trace stretch (default REV: the merge base of HEAD with main)")
+@click.option("--candidate", "candidate_rev", default=None, metavar="REV",
+              help="with --against: the candidate is this commit, built like the base (default: this working tree, "
+                   "uncommitted changes included)")
+@click.option("--determinism/--no-determinism", default=True, show_default=True,
+              help="with --against: also compare the two builds' ground truth on the same trace and seed "
+                   "(orchestrator/determinism.py: catches a cell-model change that PLT noise would hide)")
+@click.option("--determinism-only", is_flag=True,
+              help="with --against: only the determinism check (about a minute, no SPEC needed)")
 @click.option("--baseline", "baseline_path", type=click.Path(path_type=Path), default=None,
-              help="the baseline JSON (written by --update-baseline); required but with --power-from")
+              help="instead of A/B: compare with this committed baseline JSON (written by --update-baseline on a "
+                   "fixed machine, whose fingerprint it records)")
+@click.option("--strict-machine", is_flag=True,
+              help="with --baseline: refuse (exit status 2) when this machine is not the one the baseline was "
+                   "measured on (default: a warning)")
 @click.option("--power-from", "power_from", default=None, metavar="SWEEP,SWEEP[,…]",
               help="instead of a check: from these unchanged reruns of SPEC in the store, the smallest PLT change "
                    "each (scenario, scheme) check catches with 95% probability (paired, SPEC's repetitions)")
 @click.option("--power-json", "power_json", type=click.Path(path_type=Path), default=None,
               help="with --power-from: also write the table as JSON here")
-@click.option("--from-store", is_flag=True, help="compare the results already in the store (no new run)")
+@click.option("--from-store", is_flag=True, help="with --baseline: compare the results already in the store (no new run)")
 @click.option("--sweep", default=None,
-              help="the store's sweep to run into / read (default: a new regress-<time> sweep; with --from-store "
-                   f"'{DEFAULT_SWEEP}')")
+              help="the store's sweep to run into / read (default: a new regress-<time> sweep, or ab-<time> for A/B "
+                   f"(its sides: <sweep>/base, <sweep>/candidate); with --from-store '{DEFAULT_SWEEP}')")
 @click.option("--update-baseline", is_flag=True, help="write the results as the new baseline instead of comparing")
 @click.option("--threshold", type=float, default=rg.DEFAULT_THRESHOLD, show_default=True,
               help="regression when the 95% CI of the PLT ratio (current/baseline) lies above 1 and the ratio is at "
@@ -282,26 +339,64 @@ def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, j
 @click.option("--run-id-prefix", default="")
 @_store_option
 @_influx_option
-@_inject_option
+@click.option(
+    "--inject-delay-ms", type=float, default=0.0, show_default=True,
+    help="slow every load down on purpose: add this many ms to every server → UE packet's core delay (to "
+         "measure what a regression check detects); with --against, the candidate side's loads only")
 @_rerun_late_option
-def regress(spec_path: Path, baseline_path: Path | None, power_from: str | None, power_json: Path | None,
-            from_store: bool, sweep: str | None, update_baseline: bool,
+def regress(spec_path: Path | None, against: str | None, candidate_rev: str | None, determinism: bool,
+            determinism_only: bool, baseline_path: Path | None, strict_machine: bool, power_from: str | None,
+            power_json: Path | None, from_store: bool, sweep: str | None, update_baseline: bool,
             threshold: float, junit_path: Path | None, executor: str, ray_address: str | None,
             output_root: Path | None, run_id_prefix: str,
             store_path: Path | None, influx_url: str | None, inject_delay_ms: float, rerun_late: bool) -> None:
-    """Run SPEC (or read it from the store) and compare every (scenario, scheme) PLT
-    distribution with BASELINE; exit status 1 on a significant regression."""
+    """Compare every (scenario, scheme) PLT distribution of SPEC between the candidate and a
+    base revision run on this machine (A/B, the default), or with a committed BASELINE; exit
+    status 1 on a significant regression (or a determinism difference)."""
+    if determinism_only:
+        if baseline_path is not None or power_from is not None:
+            raise click.UsageError("--determinism-only compares two builds: not with --baseline or --power-from")
+        _regress_ab(None, against, candidate_rev, True, sweep, threshold, junit_path, output_root, run_id_prefix,
+                    store_path, influx_url, inject_delay_ms, rerun_late)
+        return
+    if spec_path is None:
+        raise click.UsageError("give SPEC (or --determinism-only)")
     spec = load_spec(spec_path)
     fewest = min(s.repetitions for s in spec.scenarios())
     if power_from is not None:
         _power(spec.name, fewest, [s.strip() for s in power_from.split(",") if s.strip()], threshold, power_json,
                store_path)
         return
-    if baseline_path is None:
-        raise click.UsageError("give --baseline (or --power-from)")
     if fewest < rg.MIN_LOADS:
         raise InputError(f"{spec_path}: repetitions: {fewest} — a regression check needs at least {rg.MIN_LOADS} loads "
                          f"per scenario and scheme (fewer can never show a change at {rg.CONFIDENCE:.0%})")
+    if baseline_path is None:
+        for flag, given in (("--from-store", from_store), ("--update-baseline", update_baseline),
+                            ("--strict-machine", strict_machine)):
+            if given:
+                raise click.UsageError(f"{flag} is for the committed-baseline mode: give --baseline")
+        if executor != "local":
+            raise click.UsageError("--executor: the A/B mode runs both sides on this machine (local)")
+        _regress_ab(spec_path, against, candidate_rev, determinism, sweep, threshold, junit_path, output_root,
+                    run_id_prefix, store_path, influx_url, inject_delay_ms, rerun_late)
+        return
+    if against is not None or candidate_rev is not None:
+        raise click.UsageError("--against/--candidate (A/B) and --baseline are two modes: give one")
+    from clawbed.orchestrator.ab import fingerprint_differences, machine_fingerprint
+
+    here = machine_fingerprint()
+    if not update_baseline:
+        _, baseline = rg.read_baseline(baseline_path)
+        recorded = rg.baseline_machine(baseline_path)
+        differs = fingerprint_differences(recorded, here) if recorded is not None else []
+        if recorded is None or differs:
+            why = (f"it was measured on another machine ({'; '.join(differs)})" if differs
+                   else "it does not record the machine it was measured on")
+            message = (f"--baseline {baseline_path}: {why}: this machine's speed is in the verdict (use the A/B mode, "
+                       "--against REV, on a runner that is not the baseline's)")
+            if strict_machine:
+                raise InputError(message + "; refused (--strict-machine)")
+            click.echo(f"warning: {message}", err=True)
     sweep = sweep or (DEFAULT_SWEEP if from_store else f"regress-{time.strftime('%Y%m%dT%H%M%S')}")
     with Store(store_path, influx_url) as store:
         if not from_store:
@@ -314,16 +409,25 @@ def regress(spec_path: Path, baseline_path: Path | None, power_from: str | None,
     if not current:
         raise InputError(f"no results of suite {spec.name} in sweep {sweep!r} of the store")
     if update_baseline:
-        rg.write_baseline(baseline_path, spec.name, current, threshold=threshold)
-        click.echo(f"baseline written: {baseline_path} ({len(current)} scenario×scheme entries)", err=True)
+        rg.write_baseline(baseline_path, spec.name, current, threshold=threshold, machine=here)
+        click.echo(f"baseline written: {baseline_path} ({len(current)} scenario×scheme entries; machine "
+                   f"{json.dumps(here)})", err=True)
         return
-    _, baseline = rg.read_baseline(baseline_path)
     comparisons = rg.compare(current, baseline, threshold=threshold)
-    table = TerminalTable(title=f"PLT regression check — {spec.name} vs {baseline_path.name} "
-                        f"(ratio: Hodges–Lehmann of the loads paired by trace stretch, else of all load pairs; "
-                        f"exact 95% CI; regression when CI low > 1 and ratio ≥ {threshold:g})")
-    for col in ("scenario", "scheme", "verdict", "current ms", "baseline ms", "test", "ratio", "95% CI", "n",
-                "late", "note"):
+    _print_comparisons(f"PLT regression check — {spec.name} vs {baseline_path.name}", comparisons, threshold,
+                       ("current ms", "baseline ms"))
+    reruns = sum(s.late_reruns for s in current.values())
+    late = sum(c.n_late_current for c in comparisons)
+    click.echo(f"timing: {reruns} load(s) run again because the emulator fell behind; {late} load(s) left out "
+               "because every attempt did (column late: now/baseline)", err=True)
+    _finish(spec.name, comparisons, threshold, junit_path, [])
+
+
+def _print_comparisons(title: str, comparisons: list[rg.Comparison], threshold: float,
+                       medians: tuple[str, str]) -> None:
+    table = TerminalTable(title=f"{title} (ratio: Hodges–Lehmann of the loads paired by trace stretch, else of all "
+                                f"load pairs; exact 95% CI; regression when CI low > 1 and ratio ≥ {threshold:g})")
+    for col in ("scenario", "scheme", "verdict", *medians, "test", "ratio", "95% CI", "n", "late", "note"):
         table.add_column(col)
     colour = {"ok": "green", "improved": "cyan", "regression": "red", "missing": "red", "new-failures": "red",
               "too-few-loads": "red"}
@@ -337,17 +441,92 @@ def regress(spec_path: Path, baseline_path: Path | None, power_from: str | None,
                       else "–",
                       f"{c.n_current}/{c.n_baseline}", f"{c.n_late_current}/{c.n_late_baseline}", c.note)
     _console().print(table)
-    reruns = sum(s.late_reruns for s in current.values())
-    late = sum(c.n_late_current for c in comparisons)
-    click.echo(f"timing: {reruns} load(s) run again because the emulator fell behind; {late} load(s) left out "
-               "because every attempt did (column late: now/baseline)", err=True)
+
+
+def _finish(suite_name: str, comparisons: list[rg.Comparison], threshold: float, junit_path: Path | None,
+            other_failures: list[str]) -> None:
+    """JUnit XML if asked; exit status 1 when a check (or ``other_failures``) failed."""
     if junit_path is not None:
         junit_path.parent.mkdir(parents=True, exist_ok=True)
-        junit_path.write_bytes(rg.junit_xml(spec.name, comparisons, threshold))
-    failed = [c for c in comparisons if c.failed]
+        junit_path.write_bytes(rg.junit_xml(suite_name, comparisons, threshold))
+    failed = [f"{c.label} {c.scheme} ({c.verdict})" for c in comparisons if c.failed] + other_failures
+    total = len(comparisons) + len(other_failures)
     if failed:
-        click.echo(f"{len(failed)} of {len(comparisons)} check(s) failed: "
-                   + ", ".join(f"{c.label} {c.scheme} ({c.verdict})" for c in failed), err=True)
+        click.echo(f"{len(failed)} check(s) failed: " + ", ".join(failed), err=True)
         sys.exit(1)
-    click.echo(f"all {len(comparisons)} check(s) passed", err=True)
+    click.echo(f"all {total} check(s) passed", err=True)
 
+
+def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str | None, determinism: bool,
+                sweep: str | None, threshold: float, junit_path: Path | None, output_root: Path | None,
+                run_id_prefix: str, store_path: Path | None, influx_url: str | None, inject_delay_ms: float,
+                rerun_late: bool) -> None:
+    """The A/B mode (orchestrator/ab.py): build the base (and a --candidate commit), run SPEC
+    on both sides interleaved, compare; with ``spec_path`` None only the determinism check."""
+    from clawbed.orchestrator import ab
+    from clawbed.orchestrator import determinism as det
+    from clawbed.paths import runs_dir
+
+    if threshold < 1:
+        raise InputError(f"--threshold {threshold}: must be >= 1 (a PLT ratio)")
+    if against is None:
+        how, base_commit = ab.default_base()
+    else:
+        how, base_commit = f"--against {against}", ab.resolve_commit(against)
+    say = lambda text: click.echo(text, err=True)  # noqa: E731 — progress goes to stderr, tables to stdout
+    base = ab.prepare_tree(base_commit, say=say)
+    candidate = (ab.prepare_tree(ab.resolve_commit(candidate_rev, flag="--candidate"), say=say)
+                 if candidate_rev is not None else ab.working_tree())
+    for name, built in (("base", base), ("candidate", candidate)):
+        if not built.same_requirements:
+            say(f"warning: the {name} ({built.commit[:12]}) pins other Python packages in requirements.lock than this "
+                "venv has; its code runs with this venv's packages")
+    say(f"A/B: base {base.describe()} ({how}); candidate {candidate.describe()}"
+        + (f"; the candidate's loads slowed by {inject_delay_ms:g} ms (--inject-delay-ms)" if inject_delay_ms else ""))
+    sweep = sweep or f"ab-{time.strftime('%Y%m%dT%H%M%S')}"
+    suite_name = load_spec(spec_path).name if spec_path is not None else "determinism"
+    root = ((output_root or runs_dir() / "suites") / suite_name / sweep).resolve()
+    plan = ab.AbPlan(spec_path or Path("-"), base, candidate, sweep, root, inject_delay_ms=inject_delay_ms,
+                     rerun_late=rerun_late, run_id_prefix=run_id_prefix)
+    other_failures: list[str] = []
+    determinism_result: dict[str, object] | None = None
+    comparisons: list[rg.Comparison] = []
+    summary = ab.AbSummary()
+    if determinism:
+        sides = {name: ab.Side(name, built, root / f"determinism-{name}.log")
+                 for name, built in (("base", base), ("candidate", candidate))}
+        try:
+            result = det.check(sides, root / "determinism")
+        finally:
+            for s in sides.values():
+                s.close()
+        determinism_result = result.to_json()
+        table = TerminalTable(title=f"emulator determinism: {result.trace}, seed {result.seed} — the base's build "
+                                    "against the candidate's")
+        for col in ("scenario", "verdict", "what was compared"):
+            table.add_column(col, overflow="fold")
+        for d in result.differences:
+            table.add_row(d.scenario, "[green]same[/]" if d.ok else "[red]differs[/]", d.detail)
+        _console().print(table)
+        other_failures += [f"determinism {d.scenario} ({d.column or 'run'})" for d in result.differences if not d.ok]
+    if spec_path is not None:
+        with Store(store_path, influx_url) as store:
+            summary = ab.run_ab(plan, store, say=say)
+            spec = load_spec(spec_path)
+            labels = {s.label for s in spec.scenarios()}
+            sides_samples = {side: {k: v for k, v in rg.samples_from_loads(
+                store.loads(suite=spec.name, sweep=ab.side_sweep(sweep, side))).items() if v.label in labels}
+                for side in ab.SIDES}
+        comparisons = rg.compare(sides_samples["candidate"], sides_samples["base"], threshold=threshold)
+        _print_comparisons(f"PLT regression check — {spec.name}: candidate {candidate.commit[:12]}"
+                           f"{'+' if candidate.dirty else ''} vs base {base.commit[:12]}, interleaved on this machine",
+                           comparisons, threshold, ("candidate ms", "base ms"))
+        say(f"A/B: {summary.loads['base']} base and {summary.loads['candidate']} candidate load(s) in "
+            f"{summary.wall_s:.0f} s; {summary.late_reruns['base']}/{summary.late_reruns['candidate']} run again because "
+            f"the emulator fell behind (base/candidate); store sweeps {ab.side_sweep(sweep, 'base')}, "
+            f"{ab.side_sweep(sweep, 'candidate')}")
+        for side, label, r, why in summary.failed_rounds:  # the verdicts see them as fewer pairs or failures
+            say(f"warning: round {r} of {label} failed on the {side} side: {why}")
+    ab.write_result(root / "ab.json", plan, summary, comparisons, threshold, determinism_result)
+    say(f"A/B result: {root / 'ab.json'}")
+    _finish(suite_name, comparisons, threshold, junit_path, other_failures)
