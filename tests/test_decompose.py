@@ -20,7 +20,7 @@ def _load(tmp_path: Path, index: int, scheme: str, plt_ms: float, rto: int, ssth
     folder = tmp_path / "run" / "loads" / f"{index:03d}-{scheme}"
     folder.mkdir(parents=True)
     (folder / "netstat.json").write_text(json.dumps({"TcpExtTCPTimeouts": rto} if rto else {}))
-    (folder / "tcp.csv").write_text("flow,ssthresh_pkts,retrans_total,lost_pkts\nf,,0,0\nf,%s,0,0\n" % ssthresh)
+    (folder / "tcp.csv").write_text(f"flow,ssthresh_pkts,retrans_total,lost_pkts\nf,,0,0\nf,{ssthresh},0,0\n")
     return LoadRow(suite="s", sweep="w", scenario_id="x", label="synth:idle-cell/image-2mb/h2/s1", scheme=scheme,
                    repetition=index, ok=True, plt_ms=plt_ms, bytes_total=1, protocol="h2", error=None,
                    run_dir=str(tmp_path / "run"), load_index=index, t_start_unix_s=0.0, t_end_unix_s=1.0,
