@@ -412,11 +412,14 @@ def power_table(sweeps: list[dict[str, Sample]], *, n_pairs: int, threshold: flo
 # -- baseline file ------------------------------------------------------------------------------
 
 
-def write_baseline(path: Path, suite: str, samples: dict[str, Sample], *, threshold: float = DEFAULT_THRESHOLD) -> None:
+def write_baseline(path: Path, suite: str, samples: dict[str, Sample], *, threshold: float = DEFAULT_THRESHOLD,
+                   machine: dict[str, Any] | None = None) -> None:
     """The baseline JSON: per (label, scheme) the PLT samples (ms) with each load's repetition
-    and trace time (the pairing), and their summary."""
+    and trace time (the pairing), and their summary; ``machine``: the fingerprint of the machine
+    that measured them (``ab.machine_fingerprint``), which a comparison elsewhere warns about."""
     doc = {
         "format": BASELINE_FORMAT, "suite": suite, "created_unix_s": round(time.time(), 3),
+        **({"machine": machine} if machine is not None else {}),
         "test": {"statistic": "Hodges-Lehmann ratio: of the paired loads (same repetition and trace time) when at "
                               f"least {MIN_PAIRS} pair up, else of all load pairs",
                  "method": "exact Wilcoxon signed-rank interval (paired), exact Mann-Whitney interval (unpaired)",
@@ -457,6 +460,18 @@ def read_baseline(path: Path) -> tuple[str, dict[str, Sample]]:
         except (KeyError, TypeError, ValueError) as err:
             raise InputError(f"--baseline {path}: entries.{key}: bad or missing {err}") from None
     return str(doc.get("suite", "")), out
+
+
+def baseline_machine(path: Path) -> dict[str, Any] | None:
+    """The fingerprint of the machine a baseline was measured on; None when it has none
+    (written before baselines recorded it). Read after :func:`read_baseline` checked the file."""
+    try:
+        machine = json.loads(path.read_text()).get("machine")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+    if machine is not None and not isinstance(machine, dict):
+        raise InputError(f"--baseline {path}: machine: not an object of CPU model, count, kernel and preemption")
+    return machine
 
 
 # -- reports ------------------------------------------------------------------------------------
