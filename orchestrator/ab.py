@@ -237,6 +237,16 @@ def prepare_tree(commit: str, *, say: Callable[[str], None] = print) -> BuiltTre
         return BuiltTree(commit, tree, py, same_requirements=same)
 
 
+def remove_tree(commit: str) -> None:
+    """Forget a built revision: its worktree (``git worktree remove``) and its cache folder."""
+    root = ab_root() / commit[:12]
+    with _flock(root.with_name(root.name + ".lock")):
+        if (root / "tree" / ".git").exists():
+            git("worktree", "remove", "--force", str(root / "tree"))
+        shutil.rmtree(root, ignore_errors=True)
+    root.with_name(root.name + ".lock").unlink(missing_ok=True)
+
+
 def _read_bytes(path: Path) -> bytes | None:
     try:
         return path.read_bytes()

@@ -115,7 +115,7 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
 def compare_exact(base: Truth, candidate: Truth, scenario: str, columns: tuple[str, ...] | None = None) -> Difference:
     """Every model column (or ``columns``) value for value over the rows both have."""
     cb, cc = _columns(base), _columns(candidate)
-    names = [c for c in (columns or tuple(sorted(set(cb) | set(cc)))) if c not in WALL_CLOCK_COLUMNS]
+    names = [c for c in (columns or tuple(sorted(set(cb) | set(cc)))) if c not in (*WALL_CLOCK_COLUMNS, "t_ms")]
     rows = min(len(cb["t_ms"]), len(cc["t_ms"]))
     if rows == 0:
         return Difference(scenario, False, "no ground-truth rows on one side")
