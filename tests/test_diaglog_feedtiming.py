@@ -78,6 +78,18 @@ def test_a_simulated_phone_is_measured_as_it_was_written() -> None:
     assert 0 < s["flushed_packet_delay_ms"]["p50"] < 300
 
 
+def test_the_packing_rule_replayed_over_a_phones_records_gives_its_packets() -> None:
+    scheduled = list(range(0, 3000, 29)) + list(range(3000, 3300)) + list(range(3300, 8000, 61))
+    data, truth = simulated_phone(scheduled, capacity=21, period_ms=300)
+    packets, _ = feedtiming.packet_timings(data)
+    check = feedtiming.replay_packing(packets, 21, 300)
+    assert check is not None
+    assert check["packets_modelled"] == len(truth)
+    assert check["records_per_packet_modelled"] == check["records_per_packet_measured"]
+    for q, measured in check["delay_ms_measured"].items():
+        assert check["delay_ms_modelled"][q] == pytest.approx(measured, abs=1.0)
+
+
 def test_a_packet_carries_its_distinct_subframes_and_span() -> None:
     # Two records of one subframe (two cells) and one 40 ms later: 3 records, 2 subframes.
     recs = _pdsch(100, 0) + [{**_pdsch(100, 0)[0], "Serving Cell Index": "SCell"}] + _pdsch(140, 0)
@@ -106,3 +118,8 @@ def test_the_committed_result_is_what_the_real_logs_give() -> None:
     assert result["phone_feed"]["flush_period_ms"] == 300.0
     assert pdsch["full_packet_delay_ms"]["p100"] <= 1.5
     assert pdsch["delay_ms"]["p100"] <= 310
+    # The rule replayed over the 2017 log's own records gives its packets (sizes, delays).
+    check = next(lg for lg in result["logs"] if lg["file"].startswith("adrianfeng"))["packing_rule_check"]
+    assert check["records_per_packet_modelled"] == check["records_per_packet_measured"]
+    for q in ("p25", "p50", "p75", "p90"):
+        assert abs(check["delay_ms_modelled"][q] - check["delay_ms_measured"][q]) <= 10

@@ -28,7 +28,10 @@ explain them: a packet is sent when it holds ``capacity_records`` records (the m
 packet held; "full") or at the modem's flush tick every ``flush_period_ms`` (the commonest
 spacing of consecutive packets that were not full, to 10 ms). A full packet goes at once; a
 flushed one is as late as its last record is old. ``phone_feed`` gives the emulator's
-``diag.phone`` defaults: the 0xB173 parameters (the records CLAW reads).
+``diag.phone`` defaults: the 0xB173 parameters (the records CLAW reads). The rule is checked
+per log (``packing_rule_check``, :func:`replay_packing`): replayed over the log's own records,
+with the ticks at the phase the log's flushed packets show, it gives the packet sizes and
+delays beside the measured ones.
 
 Run: ``python -m clawbed.traces.diaglog.feedtiming LOG... -o out.json``; the committed
 result is ``traces/diaglog/phone-feed-timing.json``.
@@ -82,6 +85,7 @@ class PacketTiming:
     last_sfn_ms: int    #: SFN ms of the last record
     segment: int        #: alignment segment (see the module doc)
     delay_ms: float     #: timestamp − last record's subframe, aligned by the segment's minimum
+    sfn_ms: tuple[int, ...] = ()  #: SFN ms of each record, in order
 
 
 def _sfn_list(code: int, message: dict[str, Any]) -> list[int]:
@@ -123,7 +127,7 @@ def packet_timings(data: bytes) -> tuple[list[PacketTiming], dict[str, Any]]:
         sel = segment == s
         delay[sel] -= lags[sel].min()
     packets = [PacketTiming(code, i, t, len(sfns), len(set(sfns)), (sfns[-1] - sfns[0]) % SFN_PERIOD_MS + 1,
-                            sfns[-1], int(segment[k]), float(delay[k]))
+                            sfns[-1], int(segment[k]), float(delay[k]), tuple(sfns))
                for k, (code, i, t, sfns) in enumerate(raw)]
     segments = [{"packets": int((segment == s).sum()),
                  "first_packet_time_unix_s": round(float(min(p.time_ms for p in packets if p.segment == s)) / 1000, 3)}
@@ -179,6 +183,57 @@ def summarize(packets: list[PacketTiming]) -> dict[str, Any]:
     }
 
 
+def _tick_phase_ms(packets: list[PacketTiming], capacity: int, period_ms: int) -> int:
+    """Where in the period the flush ticks fall (ms of the timestamp clock modulo the period):
+    the median phase of the packets that were not full near the phase most of them are
+    within ±2 ms of."""
+    phases = np.array([round(p.time_ms) % period_ms for p in packets if p.records < capacity])
+
+    def offsets(k: int) -> np.ndarray:  # signed distance of each phase from k, ms
+        return (phases - k + period_ms // 2) % period_ms - period_ms // 2
+
+    best = int(np.argmax([(np.abs(offsets(k)) <= 2).sum() for k in range(period_ms)]))
+    d = offsets(best)
+    return int(round(best + float(np.median(d[np.abs(d) <= 2])))) % period_ms
+
+
+def replay_packing(packets: list[PacketTiming], capacity: int, period_ms: int) -> dict[str, Any] | None:
+    """The packing rule of the emulator's phone timing (``emulator/dataplane/src/diag/phone.rs``:
+    a packet goes when it holds ``capacity`` records, else at a tick every ``period_ms``)
+    replayed over one log's own records, placed at their aligned times: the delays and
+    packet sizes it gives beside the log's. None for a log of several segments or too few
+    packets to place the ticks."""
+    if len({p.segment for p in packets}) != 1 or sum(p.records < capacity for p in packets) < 5:
+        return None
+    times = sorted({round(p.time_ms - p.delay_ms - (p.last_sfn_ms - s) % SFN_PERIOD_MS)
+                    for p in packets for s in p.sfn_ms})
+    phase = _tick_phase_ms(packets, capacity, period_ms)
+    tick = times[0] - (times[0] - phase) % period_ms + period_ms
+    sizes: list[int] = []
+    delays: list[float] = []
+    held, last = 0, 0
+    for t in times:
+        while tick <= t:  # a tick at t goes before the record of subframe t (phone.rs)
+            if held:
+                sizes.append(held)
+                delays.append(float(tick - last))
+                held = 0
+            tick += period_ms
+        held, last = held + 1, t
+        if held == capacity:
+            sizes.append(held)
+            delays.append(0.0)
+            held = 0
+    if held:  # the last records go at the next tick
+        sizes.append(held)
+        delays.append(float(tick - last))
+    return {"packets_measured": len(packets), "packets_modelled": len(sizes),
+            "records_per_packet_measured": _quantiles([p.subframes for p in packets], 0),
+            "records_per_packet_modelled": _quantiles(sizes, 0),
+            "delay_ms_measured": _quantiles([p.delay_ms for p in packets]),
+            "delay_ms_modelled": _quantiles(delays)}
+
+
 def measure(paths: Sequence[Path]) -> dict[str, Any]:
     """The feed timing of the logs at ``paths``: per log and pooled, per code (module doc).
     InputError naming the file when one cannot be read."""
@@ -197,8 +252,15 @@ def measure(paths: Sequence[Path]) -> dict[str, Any]:
             pooled[code].extend(mine)
             if mine:
                 per_code[name] = summarize(mine)
-        logs.append({"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
-                     **info, "codes": per_code})
+        entry: dict[str, Any] = {"file": path.name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
+                                 **info, "codes": per_code}
+        pdsch = [p for p in packets if p.code == LTE_PHY_PDSCH_STAT]
+        if pdsch and per_code["0xB173"]["flush_period_ms"]:
+            check = replay_packing(pdsch, per_code["0xB173"]["capacity_records"],
+                                   int(per_code["0xB173"]["flush_period_ms"]))
+            if check is not None:
+                entry["packing_rule_check"] = check
+        logs.append(entry)
     result: dict[str, Any] = {
         "what": "A phone's diag feed timing: records per log packet and how late the packet is sent "
                 "after its last record's subframe (traces/diaglog/feedtiming.py).",
