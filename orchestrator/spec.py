@@ -162,6 +162,9 @@ class Condition(_Strict):
     #: Background flows on the replay's own UE (replay's ``flows``, replay/flows.py): entries such
     #: as ``{kind: poisson, rate_per_s: 2, bytes: [10000, 100000], rmem: 262144, drwa: true}``.
     flows: list[dict[str, Any]] = []
+    #: Scripted events of the emulator (replay's ``events``, emulator/events.py): entries such as
+    #: ``{kind: drop, in_flight_bytes: 300000}`` or ``{kind: outage, at_ms: 3000, ms: 500}``.
+    events: list[dict[str, Any]] = []
     #: nginx gzip on the fly (replay's ``gzip``); HTTP/1.1 connections per host of the loader
     #: (the browser loader: 6 only).
     gzip: StrictBool = False

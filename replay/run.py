@@ -178,6 +178,9 @@ class ReplayConfig:
     #: Background flows on the loads' own UE (``replay/flows.py``), entries as a spec writes them
     #: (``{"kind": "poisson", "rate_per_s": 2, "bytes": [100000]}``); checked by ``settings``.
     flows: list[dict[str, Any]] = field(default_factory=list)
+    #: Scripted events of the emulator (``emulator/events.py``; ``at_ms`` counts from each load's
+    #: start when the trace is aligned, else from the run's), e.g. ``{"kind": "outage", "at_ms": 3000, "ms": 500}``.
+    events: list[dict[str, Any]] = field(default_factory=list)
     #: Start every load of a round at the same trace time (:meth:`round_trace_ms`), so the
     #: schemes compared meet the same channel; False: each load meets the trace wherever the
     #: run has got to (the loads of a round then see different stretches of it).

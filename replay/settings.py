@@ -30,6 +30,7 @@ import click
 from clawbed import tcpstack
 from clawbed.claw.server.sysctls import check_overrides
 from clawbed.emulator.config import check_policy, parse_rate_bps
+from clawbed.emulator.events import EventError, check_event, parse_event
 from clawbed.emulator.policies import POLICIES, default_policy, policy_names
 from clawbed.errors import InputError
 from clawbed.orchestrator.network.crosstraffic import MAX_UE_FLOWS, parse_flow, ue_flow_from
@@ -295,6 +296,20 @@ def _flows(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _events(value: Any) -> list[dict[str, Any]]:
+    """A list of scripted events (tables with kind and parameters, as a spec writes them) → each
+    checked (emulator/events.py); the UE numbers are checked with the cell's UEs, by the emulator's config."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{value!r}: a list of events ({{kind: outage, at_ms: 3000, ms: 500}}, ...)")
+    out = []
+    for i, entry in enumerate(value):
+        try:
+            out.append(check_event(entry))
+        except EventError as e:
+            raise ValueError(f"[{i}].{e.key}: {e.problem}") from None
+    return out
+
+
 # --- the registry ---------------------------------------------------------------------------
 
 for _category, _what in (("scheduler", "the cell's scheduler"), ("queue", "the base station's queue policy, each UE"),
@@ -308,6 +323,12 @@ for _category, _what in (("scheduler", "the cell's scheduler"), ("queue", "the b
         default=default_policy(_category) if _category == "scheduler" else None,
         metavar=f"[{_names}][:KEY=VALUE,...]", part="cell", always_hashed=_category == "scheduler"))
 
+register(Setting("events", "a scripted event (repeatable), KIND:KEY=VALUE,...: drop (one of at_ms, packet, seq_byte, "
+                           "in_flight_bytes), outage (at_ms, ms), capacity (at_ms, factor, ms), burst (at_ms, ms, "
+                           "share); ue (default 0) for all but burst; at_ms counts from the emulator's start and from "
+                           "each seek (a replay's: each load's start), e.g. drop:in_flight_bytes=300000 "
+                           "(emulator/events.json)",
+                 check=_events, parse=parse_event, kind="list", metavar="KIND:KEY=VALUE,...", part="cell"))
 register(Setting("bs_buffer", "the base station's queue per UE, e.g. 3MiB (default 3MiB)", check=_size,
                  metavar="SIZE", part="cell", always_hashed=True))
 register(Setting("core_rtt_ms", "core network round trip, split evenly over both directions, ms (default: the "
@@ -424,6 +445,8 @@ def emulator_fields(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     fields: dict[str, Any] = {"cell": cell} if cell else {}
     if values.get("air_delay_ms") is not None:
         fields["delays"] = {"air_ms": values["air_delay_ms"]}
+    if values.get("events"):
+        fields["events"] = list(values["events"])
     if values.get("feed_timing") is not None:
         fields["diag"] = {"feed_timing": values["feed_timing"]}
     ue: dict[str, Any] = {}

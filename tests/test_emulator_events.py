@@ -95,6 +95,40 @@ def test_errors_name_the_event_and_key() -> None:
     assert built.to_json()["events"] == [{"kind": "capacity", "at_ms": 0, "factor": 2.0}]
 
 
+def test_every_door_passes_the_events_to_the_emulator(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from clawbed.errors import InputError
+    from clawbed.orchestrator.spec import Condition
+    from clawbed.paths import REPO_ROOT
+    from clawbed.replay import settings
+    from clawbed.replay.run import ReplayConfig, _emulator_fields
+    from clawbed.replay.shell import run as emu_run
+
+    events = [parse_event("drop:in_flight_bytes=300000"), parse_event("outage:at_ms=3000,ms=500")]
+    assert settings.emulator_fields({"events": events}) == ({"events": events}, {})
+    assert settings.emulator_fields({"events": []}) == ({}, {}), "unset: the emulator's config has no events key"
+    assert "events" not in Condition().settings() or Condition().settings()["events"] == []
+    assert Condition(events=[{"kind": "drop", "packet": 3}]).settings()["events"] == [{"kind": "drop", "packet": 3}]
+    trace = REPO_ROOT / "traces" / "samples" / "idle-cell.cbt"
+    config = ReplayConfig(trace=trace, page="set-01", schemes=["cubic"], runs=1, events=events)
+    config.check()
+    fields = _emulator_fields(config, None)
+    assert fields["events"] == events
+    built = EmulatorConfig.build(mode="rate", output_dir=tmp_path / "out", core={"netns": "cbtcore"},
+                                 ues=[{"netns": "cbtue0", "rate": "10mbit"}], **fields)
+    assert built.to_json()["events"] == events
+    with pytest.raises(InputError, match=r"--events: \[1\]\.share: must be a number in 0\.0\.\.=1\.0"):
+        ReplayConfig(trace=trace, page="set-01", schemes=["cubic"], runs=1,
+                     events=[events[0], {"kind": "burst", "at_ms": 0, "ms": 5, "share": 2}]).check()
+    with pytest.raises(ValueError, match=r"(?s)events.*\[0\]\.ms: an outage event needs it"):
+        Condition(events=[{"kind": "outage", "at_ms": 5}])
+    # The flag, singular or plural, before anything starts.
+    result = CliRunner().invoke(emu_run, ["--rate", "12mbit", "--event", "outage:at_ms=3000", "--", "true"])
+    assert result.exit_code == 2 and "--event" in result.output and "ms: an outage event needs it" in result.output, \
+        result.output
+
+
 # --- on the real data plane ---------------------------------------------------------------
 
 
