@@ -306,3 +306,34 @@ def test_the_kinds_python_reads_are_the_binarys() -> None:
     listed = json.loads(subprocess.run([str(BINARY), "--list-events"], capture_output=True, text=True,
                                        check=True).stdout)
     assert {k["name"]: k for k in listed} == EVENTS
+
+
+@pytest.mark.root
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux namespaces")
+def test_in_a_replay_at_ms_is_ms_into_each_load(tmp_path: Path) -> None:
+    from conftest import CLAWBED
+
+    at_ms, length_ms = 200, 300
+    proc = subprocess.run([str(CLAWBED), "replay", "--schemes", "cubic", "--runs", "2", "--loader", "h2",
+                           "--page", "set-01", "--event", f"outage:at_ms={at_ms},ms={length_ms}",
+                           "--runs-dir", str(tmp_path), "--name", "ev"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "ev"
+    records = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["ok"] for r in records), records
+    emulator_dir = next(p.parent for p in run_dir.rglob("truth.cbcol"))
+    truth = read_truth(emulator_dir / "truth.cbcol")
+    counters = json.loads((emulator_dir / "counters.json").read_text())
+    (tally,) = counters["engine"]["events"]
+    seeks = counters["engine"]["seeks"]
+    assert seeks >= 2 and tally["armings"] == 1 + seeks, (seeks, tally)
+    t_ms = truth["t_ms"]
+    starts = [int(t_ms[s]) for s, e in _runs(truth.ue(0, "scripted_outage").astype(bool)) if e - s == length_ms]
+    origin_ms = (truth.origin_unix_ns or 0) / 1e6
+    # Each load's outage starts at_ms after the seek just before the load (the loader starts
+    # within a second of it), not at_ms after the emulator's start.
+    for r in records:
+        load_ms = r["t_start_unix_s"] * 1000 - origin_ms
+        assert any(0 <= load_ms - (s - at_ms) <= 1000 for s in starts), (load_ms, starts)
+    print(f"outages at {starts} ms; loads at {[round(r['t_start_unix_s'] * 1000 - origin_ms) for r in records]} ms; "
+          f"{seeks} seeks, {tally['armings']} armings")
