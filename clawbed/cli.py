@@ -7,6 +7,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -28,6 +29,7 @@ AREAS = {
     "dash": "clawbed.dashboards.cli:dash",
     "analyze": "clawbed.orchestrator.analyze:analyze",
     "fidelity": "clawbed.orchestrator.fidelity.cli:fidelity",
+    "runs": "clawbed.orchestrator.runs:runs",
 }
 
 
@@ -46,8 +48,19 @@ class AreaGroup(click.Group):
 
 @click.group(cls=AreaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="clawbed")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """clawbed: trace-driven LTE emulation for PHY-informed transport protocols."""
+    # `clawbed replay` records its loads in the result store; the store is the orchestrator's,
+    # a layer above replay, so the two meet here (the key is replay/cli.py's RECORDER_META).
+    ctx.meta["clawbed.replay.recorder"] = _replay_recorder
+
+
+def _replay_recorder(run: object, warn: Callable[[str], None]) -> object:
+    """What records a replay in its runs folder's result store (clawbed.orchestrator.runs)."""
+    from clawbed.orchestrator.runs import ReplayRecorder
+
+    return ReplayRecorder.for_run(run, warn)
 
 
 @cli.command()

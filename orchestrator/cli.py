@@ -18,7 +18,7 @@ from clawbed.orchestrator.analyze import with_airtime
 from clawbed.orchestrator.runner import Executor, make_executor, run_suite
 from clawbed.orchestrator.spec import load_spec
 from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows, read_csv_rows
-from clawbed.tables import TerminalTable, markdown_table
+from clawbed.tables import Column, Listing, TerminalTable, default_format, format_option, markdown_table
 
 _store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
                              help="the SQLite result store (default: <runs>/results.sqlite)")
@@ -70,17 +70,16 @@ def suite() -> None:
 
 @suite.command("list")
 @_spec_argument
-def suite_list(spec_path: Path) -> None:
+@format_option
+def suite_list(spec_path: Path, fmt: str | None) -> None:
     """The scenarios of SPEC with their stable ids."""
     spec = load_spec(spec_path)
-    table = TerminalTable(title=f"suite {spec.name}: {len(spec.scenarios())} scenario(s)")
-    for col in ("id", "label", "trace", "page", "condition", "seed", "schemes × reps"):
-        table.add_column(col)
-    for s in spec.scenarios():
-        cond = s.condition.model_dump(mode="json", exclude={"name"}, exclude_defaults=True)
-        table.add_row(s.id, s.label, s.trace, s.page, json.dumps(cond), str(s.seed),
-                      f"{','.join(s.schemes)} × {s.repetitions}")
-    _console().print(table)
+    Listing(f"suite {spec.name}: {len(spec.scenarios())} scenario(s)", (
+        Column("id"), Column("label", fit="wrap", min_width=16), Column("trace", fit="cut", min_width=12, drop=3),
+        Column("page", fit="cut", min_width=10, drop=2), Column("condition", fit="wrap", min_width=16, drop=4),
+        Column("seed", drop=1), Column("schemes"), Column("repetitions", "reps")),
+        [(s.id, s.label, s.trace, s.page, s.condition.model_dump(mode="json", exclude={"name"}, exclude_defaults=True),
+          s.seed, list(s.schemes), s.repetitions) for s in spec.scenarios()]).render(fmt, _console())
 
 
 @suite.command("run")
@@ -141,10 +140,9 @@ def _print_summary_table(store: Store, suite_name: str, sweep: str) -> None:
 @click.option("--with-late", is_flag=True,
               help="use the loads the emulator fell behind in too (left out by default, as regress does); on a "
                    "small machine a page that starves the emulator's CPU may have few others")
-@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True,
-              help="markdown: a table to paste into a README")
+@format_option
 def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: bool, with_late: bool,
-                 fmt: str) -> None:
+                 fmt: str | None) -> None:
     """Each comparison of SPEC's ``paper:`` numbers next to what this testbed measured."""
     from clawbed.orchestrator.report import COLUMNS, airtime_notes, paper_rows
 
@@ -162,12 +160,11 @@ def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: 
         at = columns.index("scenarios")  # a pattern: shown as code
         click.echo(markdown_table(columns, [(*r[:at], f"`{r[at]}`", *r[at + 1:]) for r in rows]), nl=False)
         return
-    table = TerminalTable(title=f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(*r)
-    _console().print(table)
+    # Prose columns wrap at words; the scenario pattern is cut first in a narrow terminal.
+    Listing(f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})",
+            [Column(col.replace(" ", "_"), col, fit="cut" if col == "scenarios" else "wrap", min_width=12,
+                    drop=1 if col == "scenarios" else 0) for col in columns],
+            [list(r) for r in rows]).render(fmt, _console())
 
 
 @suite.command("decompose")
@@ -219,20 +216,20 @@ def results() -> None:
 @results.command("query")
 @click.argument("suite_ref", metavar="[SUITE]", required=False)
 @click.option("--scenario", default=None, help="a scenario id prefix or a label substring")
-@click.option("--sweep", default=None, help="only this sweep (default: all)")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--sweep", default=None, help="only this sweep (default: all; a replay's sweep is its run's name)")
+@format_option
 @_store_option
-def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None, fmt: str,
+def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None, fmt: str | None,
                   store_path: Path | None) -> None:
-    """Recorded loads of SUITE (a spec file or a suite's name) and/or --scenario."""
-    if suite_ref is None and scenario is None:
-        raise click.UsageError("give SUITE, --scenario, or both")
+    """Recorded loads of SUITE (a spec file or a suite's name; `replay`: the replays) and/or
+    --scenario; without either, every load: suites' and replays' alike."""
     path = store_path or default_store_path()
     if not path.is_file():
         raise InputError(f"--store {path}: no result store there yet")
     with Store(path) as store:
         rows = store.loads(suite=_suite_name(suite_ref) if suite_ref else None, sweep=sweep, scenario=scenario)
-    if fmt != "table":
+    fmt = fmt or default_format()
+    if fmt in ("csv", "json"):
         # An export carries each load's airtime split, so a machine without the runs can report it.
         rows = with_airtime(rows)
     if fmt == "json":
@@ -242,14 +239,16 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
         writer = csv.writer(sys.stdout)
         writer.writerows(iter_csv_rows(rows))
     else:
-        table = TerminalTable(title=f"{len(rows)} load(s)")
-        for col in ("suite", "sweep", "scenario", "label", "scheme", "rep", "ok", "PLT ms", "bytes", "protocol", "error"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r.suite, r.sweep, r.scenario_id, r.label, r.scheme, str(r.repetition), "yes" if r.ok else "no",
-                          f"{r.plt_ms:,.0f}" if r.plt_ms is not None else "–", str(r.bytes_total or "–"),
-                          r.protocol or "–", r.error or "")
-        _console().print(table)
+        # The terminal's columns: what tells loads apart and what they measured; the rest drops
+        # first when it is narrow (csv and json have every column).
+        listing = Listing(f"{len(rows)} load(s)", (
+            Column("label", "scenario", fit="wrap", min_width=16), Column("scheme"), Column("repetition", "rep"),
+            Column("ok"), Column("plt_ms", "PLT ms", justify="right"), Column("suite", drop=4),
+            Column("sweep", fit="cut", min_width=10, drop=5), Column("bytes_total", "bytes", justify="right", drop=3),
+            Column("protocol", drop=2), Column("error", fit="cut", min_width=12, drop=1)),
+            [(r.label, r.scheme, r.repetition, r.ok, r.plt_ms, r.suite, r.sweep, r.bytes_total, r.protocol, r.error or "")
+             for r in rows])
+        listing.render(fmt, _console() if fmt == "table" else None)
 
 
 @results.command("import")

@@ -14,7 +14,9 @@ Tables::
                server, nothing to send; ms)
 
 A *sweep* names one campaign of a suite in the store (default ``main``): a regression check
-runs its own sweep so that it measures afresh instead of reusing earlier results.
+runs its own sweep so that it measures afresh instead of reusing earlier results. A replay
+(``clawbed replay``) is recorded as suite ``replay``, sweep and scenario its run's name
+(:mod:`clawbed.orchestrator.runs`), so one query covers replays and suites.
 
 When an InfluxDB URL is given (``--influx URL`` or ``$CLAWBED_INFLUX_URL``), each load is also
 written as a point of measurement ``orchestrator_load`` through
@@ -44,7 +46,8 @@ INFLUX_ENV = "CLAWBED_INFLUX_URL"
 INFLUX_MEASUREMENT = "orchestrator_load"
 #: How long a writer waits for another process's transaction on the file, s.
 BUSY_TIMEOUT_S = 30.0
-STATUSES = ("pending", "running", "complete", "failed")
+#: A scenario's (or a replay's) status; ``interrupted``: a replay stopped by Ctrl-C, its finished loads kept.
+STATUSES = ("pending", "running", "complete", "failed", "interrupted")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS scenarios (
@@ -149,11 +152,13 @@ class LoadRow:
 class Store:
     """The SQLite result store at ``path`` (created with its tables on first use)."""
 
-    def __init__(self, path: Path | None = None, influx_url: str | None = None) -> None:
+    def __init__(self, path: Path | None = None, influx_url: str | None = None,
+                 busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.path = (path or default_store_path()).resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode; every write below is its own explicit transaction.
-        self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        # Autocommit mode; every write below is its own explicit transaction. A replay recording
+        # its loads waits less (busy_timeout_s) than a sweep: a locked store costs it a warning.
+        self._db = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         # WAL: readers (`clawbed results query`) never block the sweep's writes; synchronous
         # FULL: a committed load survives a power cut, not only a killed process.
@@ -211,6 +216,12 @@ class Store:
             self._db.execute("UPDATE scenarios SET status=?, error=?, run_dirs=?, owner_pid=?, updated_unix_s=? "
                              "WHERE suite=? AND sweep=? AND scenario_id=?",
                              (status, error, json.dumps(dirs), owner_pid, time.time(), suite, sweep, scenario_id))
+
+    def set_created(self, suite: str, sweep: str, scenario_id: str, created_unix_s: float) -> None:
+        """Date a scenario by when it really started (a run recorded after the fact), Unix s."""
+        with self._transaction():
+            self._db.execute("UPDATE scenarios SET created_unix_s=? WHERE suite=? AND sweep=? AND scenario_id=?",
+                             (created_unix_s, suite, sweep, scenario_id))
 
     def record_load(self, row: LoadRow) -> bool:
         """Record one finished load in its own transaction; False (and nothing written) when

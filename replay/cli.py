@@ -20,6 +20,10 @@ from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, Rep
 from clawbed.traces.inputs import ACCEPTED
 
 DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
+#: ``ctx.meta`` key of what records a replay in the result store, set by the CLI layer
+#: (replay sits below the orchestrator, which owns the store): called with the run and a
+#: warning printer, it returns an object with ``load_done(record)`` and ``finish(status, error)``.
+RECORDER_META = "clawbed.replay.recorder"
 
 
 @click.command("replay")
@@ -42,9 +46,9 @@ DEFAULT_TRACE = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
 @click.option("--wired-jitter-ms", type=float, default=0.0, show_default=True,
               help="netem jitter of that delay (needs netem in the kernel)")
 @click.option("--wired-loss", "wired_loss_pct", type=float, default=0.0, show_default=True,
-              help="netem random loss on the wired link, %% (needs netem in the kernel)")
+              help="netem random loss on the wired link, % (needs netem in the kernel)")
 @click.option("--wired-reorder", "wired_reorder_pct", type=float, default=0.0, show_default=True,
-              help="netem reordering on the wired link, %% of packets (needs netem and a delay)")
+              help="netem reordering on the wired link, % of packets (needs netem and a delay)")
 @click.option("--seed", type=int, default=1, show_default=True, help="seed of the cell model and the page")
 @click.option("--name", help="run directory name under the runs folder (default: the start time)")
 @click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
@@ -105,17 +109,22 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)
     task = progress.add_task("setting up the cell and the web server", total=len(config.plan()))
+    recorder: Any = None
 
     def on_event(event: ReplayEvent) -> None:
         if event.kind == "load-start":
             progress.update(task, description=f"load {(event.load or 0) + 1}/{event.total_loads}: {event.scheme}")
         elif event.kind == "load-done" and event.record is not None:
             r = event.record
-            outcome = (f"PLT {r.plt_ms:,.0f} ms, {r.bytes_total or 0:,} bytes, {r.protocol}"
+            # The loader and the protocol its load really used: "h2" alone read as the h2 loader.
+            outcome = (f"PLT {r.plt_ms:,.0f} ms, {r.bytes_total or 0:,} bytes, {config.loader} loader over "
+                       f"{r.protocol or 'an unreported protocol'}"
                        if r.measured and r.plt_ms is not None else f"[red]failed: {r.error}[/red]")
             late = "" if r.timing_ok is not False else f" [yellow]timing flagged: {describe_lateness(r)}[/yellow]"
             progress.console.print(f"  load {r.load:>3} {r.scheme:<6} {outcome}{late}")
             progress.advance(task)
+            if recorder is not None:  # after the line: the store's write never holds it back
+                recorder.load_done(r)
         elif event.kind == "note":
             progress.console.print(f"  {event.message}")
         elif event.kind == "ready" and event.message:  # what the run made: namespaces, PIDs
@@ -124,6 +133,9 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
             progress.console.print(f"  [yellow]warning:[/yellow] {event.message}")
 
     run = Replay(config, on_event=on_event)
+    make_recorder = click.get_current_context().meta.get(RECORDER_META)
+    if make_recorder is not None:
+        recorder = make_recorder(run, lambda m: progress.console.print(f"  [yellow]warning:[/yellow] {m}"))
     console.print(f"replay {run.name} (run id {run.run_id}): {config.page} on {config.trace.name}, schemes {', '.join(config.schemes)}, "
                   f"{config.runs} load(s) each, {config.loader} loader, "
                   f"{pages.describe_protocol(run.page, config.http_version)}")
@@ -131,11 +143,20 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         console.print(f"settings: {settings.describe(config.settings())}")
     started = time.monotonic()
     interrupted = False
+    status, error = "failed", None
     try:
         with progress:
             run.run()
+        status = "complete"
     except KeyboardInterrupt:
         interrupted = True
+        status, error = "interrupted", f"interrupted after {len(run.records)} load(s)"
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        if recorder is not None:
+            recorder.finish(status, error)
     elapsed = time.monotonic() - started
     out = run.run_dir.path
     if run.records:

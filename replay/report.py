@@ -4,8 +4,9 @@ The statistics and the table need only ``results.jsonl``; the HTML report also r
 load's time series (``loads/NNN-<scheme>/``, see :mod:`.rundir`) and shows:
 
 1. PLT per scheme (box with every load's point);
-2. the server's cwnd vs time with W_claw and the shadow W_cubic, one figure per scheme with
-   a menu to select the load (the median-PLT load first);
+2. the server's cwnd vs time (with W_claw and the shadow W_cubic where the scheme's CC reports
+   them, and the title says so), one figure per scheme with a menu to select the load (the
+   median-PLT load first; the menu names the load shown);
 3. the cell's load, ground truth vs the CLAW client's estimate (menu: load);
 4. the UE's downlink throughput from the ground truth (menu: load);
 5. the packets' RTT as the server's TCP measures it, per flow (menu: load).
@@ -247,8 +248,9 @@ def _selector_figure(title: str, y_title: str, per_load: Sequence[tuple[str, lis
     label = per_load[selected][0] if per_load else "no load"
     fig.update_layout(title={"text": f"{title} — {label}"}, xaxis_title="time since the page's first connection, s",
                       yaxis_title=y_title, height=460, margin={"t": 90},
-                      updatemenus=[{"buttons": buttons, "direction": "down", "x": 0, "xanchor": "left",
-                                    "y": 1.16, "yanchor": "top"}] if len(buttons) > 1 else [])
+                      # "active": the menu names the load shown (plotly's default names the first).
+                      updatemenus=[{"buttons": buttons, "active": selected, "direction": "down", "x": 0,
+                                    "xanchor": "left", "y": 1.16, "yanchor": "top"}] if len(buttons) > 1 else [])
     return fig
 
 
@@ -280,9 +282,12 @@ def build_figures(run_dir: Path) -> list[tuple[str, go.Figure]]:
     figures: list[tuple[str, go.Figure]] = [("Page load time", _plt_figure(records, schemes))]
     for scheme in schemes:
         mine = [s for s in series if s.record.scheme == scheme]
+        per_load = [(s.label, _cwnd_traces(s)) for s in mine]
+        # Titled by the series it has: W_claw and W_cubic only where the scheme's CC reports them.
+        shown = dict.fromkeys(str(t.name).split(" ")[0] for _, traces in per_load for t in traces)
+        what = ", ".join(("server cwnd" if name == "cwnd" else name) for name in shown) or "server cwnd"
         figures.append((f"Server cwnd vs time, {scheme}",
-                        _selector_figure(f"{scheme}: server cwnd, W_claw, W_cubic", "window, kB",
-                                         [(s.label, _cwnd_traces(s)) for s in mine], _median_load(mine))))
+                        _selector_figure(f"{scheme}: {what}", "window, kB", per_load, _median_load(mine))))
     default = next((i for i, s in enumerate(series) if s.estimates), 0)
     for heading, title, y_title, make in (
             ("Cell load: ground truth vs CLAW estimate", "cell load", "fraction of the cell's RBs", _load_traces),

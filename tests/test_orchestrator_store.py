@@ -155,8 +155,11 @@ def test_results_query_formats(spec, tmp_path: Path) -> None:
     assert lines[0].startswith("suite,sweep,scenario_id,label,scheme,repetition") and len(lines) == 13
     out = cli.invoke(results, ["query", "--scenario", "idle-cell", "--store", str(store_path), "--format", "json"])
     assert out.exit_code == 0 and len(out.output.strip().splitlines()) == 6
-    out = cli.invoke(results, ["query", "unit", "--store", str(store_path)])
+    out = cli.invoke(results, ["query", "unit", "--store", str(store_path), "--format", "table"])
     assert out.exit_code == 0 and "12 load(s)" in out.output
+    # Not a terminal: CSV unless a format is asked for.
+    out = cli.invoke(results, ["query", "unit", "--store", str(store_path)])
+    assert out.exit_code == 0 and out.output.startswith("suite,sweep,scenario_id,") and len(out.output.splitlines()) == 13
 
 
 def test_a_sweep_exported_and_imported_elsewhere_resumes_there(spec, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -161,3 +162,40 @@ def test_config_refuses_bad_arguments_naming_the_flag(tmp_path: Path) -> None:
                              ({"name": "../x"}, "--name '../x'")):
         with pytest.raises(InputError, match=message):
             check(**changes)
+
+
+def _plotly_figures(page: str) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """(data, layout) of every Plotly.newPlot call of a report page."""
+    decoder = json.JSONDecoder()
+    figures = []
+    for match in re.finditer(r'Plotly\.newPlot\(\s*"[^"]+",\s*', page):
+        data, end = decoder.raw_decode(page, match.end())
+        layout, _ = decoder.raw_decode(page, page.index("{", end))
+        figures.append((data, layout))
+    return figures
+
+
+def test_every_load_menu_names_the_load_its_chart_shows_and_titles_say_what_is_drawn(tmp_path: Path) -> None:
+    """The menus of the per-load charts open on the load shown (the median-PLT one, not load 0),
+    and a chart's title names only the series it has: Cubic's has no W_claw or W_cubic."""
+    run_dir, _ = make_run(tmp_path)
+    page = write_report(run_dir).read_text()
+    figures = _plotly_figures(page)
+    assert len(figures) == 6
+    shown_loads = []
+    for data, layout in figures[1:]:
+        (menu,) = layout["updatemenus"]
+        active = menu["active"]
+        button = menu["buttons"][active]
+        # The traces visible are the active button's, and the title names that button's load.
+        assert [t.get("visible") is True for t in data] == button["args"][0]["visible"]
+        assert layout["title"]["text"].endswith(button["label"])
+        shown = re.match(r"load (\d+) ", button["label"])
+        assert shown is not None
+        shown_loads.append(int(shown.group(1)))
+    # claw's median-PLT load is load 2 (1,200 ms), cubic's load 5 (2,200 ms): neither is load 0.
+    assert shown_loads[:2] == [2, 5]
+    cwnd_claw, cwnd_cubic = figures[1][1]["title"]["text"], figures[2][1]["title"]["text"]
+    assert cwnd_claw.startswith("claw: server cwnd, W_claw, W_cubic — ")
+    assert cwnd_cubic.startswith("cubic: server cwnd — ") and "W_c" not in cwnd_cubic
+    assert all("W_claw" not in b["args"][1]["title.text"] for b in figures[2][1]["updatemenus"][0]["buttons"])

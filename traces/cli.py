@@ -162,11 +162,25 @@ def export(file: Path, as_mahimahi: bool, output: Path) -> None:
 
 @trace.command()
 @click.argument("source", type=ExistingPath)
-@click.argument("output", type=PathArg)
-def convert(source: Path, output: Path) -> None:
-    """Convert between the binary (.cbt) and CSV (.csv) encodings."""
+@click.argument("old_output", metavar="[OUTPUT]", required=False, type=PathArg)
+@click.option("-o", "--output", type=PathArg, help="Output trace (.cbt or .csv; the encoding from its suffix).")
+def convert(source: Path, old_output: Path | None, output: Path | None) -> None:
+    """Convert SOURCE between the binary (.cbt) and CSV (.csv) encodings, into -o OUTPUT.
+
+    The older form with OUTPUT as a second argument still works, with a note: every command
+    that writes a file takes it as -o/--output.
+    """
     from clawbed.traces.io import read_trace, write_trace
 
+    if old_output is not None and output is not None:
+        raise click.UsageError(f"OUTPUT given twice ({old_output} and -o {output}): give -o only")
+    if old_output is not None:
+        # Kept so scripts written for it go on working; said so, so they move to -o.
+        click.echo(f"note: `trace convert SOURCE OUTPUT` is deprecated: use `trace convert {source} -o {old_output}`",
+                   err=True)
+        output = old_output
+    if output is None:
+        raise click.UsageError("give the output trace with -o/--output (e.g. -o busy.csv)")
     write_trace(read_trace(source), output)
     click.echo(f"wrote {output}")
 

@@ -1,4 +1,4 @@
-"""``clawbed fidelity run`` and ``clawbed fidelity report`` (``clawbed/cli.py`` loads this group)."""
+"""``clawbed fidelity run``, ``report`` and ``show`` (``clawbed/cli.py`` loads this group)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,10 @@ from rich.console import Console
 
 from clawbed.errors import InputError
 from clawbed.orchestrator.fidelity.definitions import select_rows
-from clawbed.tables import TerminalTable
+from clawbed.tables import format_option
 
 _store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
                              help="the SQLite result store (default: <runs>/results.sqlite)")
-
-
-def _console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=240)
 
 
 @click.group()
@@ -50,33 +46,61 @@ def run(rows_spec: str | None, quick: bool, name: str | None, output_root: Path 
 
 @fidelity.command("report")
 @click.option("--run", "run_name", default=None, help="only this fidelity run (default: each row's latest result)")
-@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
-              help="write the HTML report here (default: <runs>/fidelity/report.html)")
+@click.option("-o", "--output", "--html", "html_path", type=click.Path(path_type=Path), default=None,
+              help="write the HTML report here (default: <runs>/fidelity/report.html; --html is the older name)")
+@format_option
 @_store_option
-def report(run_name: str | None, html_path: Path | None, store_path: Path | None) -> None:
-    """One line per row of the table: paper, testbed, criterion, status with its reason, run directory."""
-    from clawbed.orchestrator.fidelity.report import report_rows, write_html
-    from clawbed.orchestrator.fidelity.results import runs
+def report(run_name: str | None, html_path: Path | None, fmt: str | None, store_path: Path | None) -> None:
+    """One line per row of the table: ID, status, the testbed's figure and the reason (shortened
+    to fit the terminal: `clawbed fidelity show ROW` prints a row whole); csv, json and markdown
+    add the paper's value, the criterion, the run directory, the kernel and the sysctls."""
+    from clawbed.orchestrator.fidelity.report import write_html
     from clawbed.paths import runs_dir
 
-    if run_name is not None and run_name not in runs(store_path):
-        raise InputError(f"--run {run_name}: no such fidelity run in the store (runs: {', '.join(runs(store_path)) or 'none'})")
-    rows = report_rows(store_path, run=run_name)
-    _print(rows, f"fidelity report ({run_name or 'latest result per row'}): {len(rows)} rows")
+    rows = _rows(run_name, store_path)
+    _print(rows, f"fidelity report ({run_name or 'latest result per row'}): {len(rows)} rows", fmt)
     page = write_html(rows, html_path or runs_dir() / "fidelity" / "report.html")
     click.echo(f"HTML report: {page}", err=True)
 
 
-def _print(rows: list[dict[str, Any]], title: str) -> None:
-    from clawbed.orchestrator.fidelity.report import COLUMNS, sysctl_summary, text_lines
+@fidelity.command("show")
+@click.argument("row_id", metavar="ROW")
+@click.option("--run", "run_name", default=None, help="this fidelity run's result (default: the row's latest)")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default=None,
+              help="table (the default on a terminal) or json (the default when piped: the row as one object)")
+@_store_option
+def show(row_id: str, run_name: str | None, fmt: str | None, store_path: Path | None) -> None:
+    """Everything of one row (e.g. LTE-1): paper, criterion, the testbed's figure, the whole
+    reason, run directory, kernel and sysctls, and each check with its target and cause."""
+    import json
 
-    table = TerminalTable(title=title)
-    for col in (*COLUMNS, "kernel / sysctls"):
-        table.add_column(col, overflow="fold")
-    for r, line in zip(rows, text_lines(rows)):
-        table.add_row(*line, (f"{r['kernel'].split(' ')[1] if r['kernel'] else ''} {sysctl_summary(r['sysctls'])}"
-                              if r["sysctls"] else ""))
-    _console().print(table)
+    from clawbed.orchestrator.fidelity.report import find_row, row_tables
+
+    row = find_row(_rows(run_name, store_path), row_id)
+    if (fmt or ("table" if sys.stdout.isatty() else "json")) == "json":
+        click.echo(json.dumps(row, default=str))
+        return
+    console = Console()
+    for table in row_tables(row, console.width):
+        console.print(table)
+
+
+def _rows(run_name: str | None, store_path: Path | None) -> list[dict[str, Any]]:
+    """Every row of the table with its result (of ``run_name``, or each row's latest)."""
+    from clawbed.orchestrator.fidelity.report import report_rows
+    from clawbed.orchestrator.fidelity.results import runs
+
+    if run_name is not None and run_name not in runs(store_path):
+        raise InputError(f"--run {run_name}: no such fidelity run in the store (runs: {', '.join(runs(store_path)) or 'none'})")
+    return report_rows(store_path, run=run_name)
+
+
+def _print(rows: list[dict[str, Any]], title: str, fmt: str | None = None) -> None:
+    """The rows as a listing on standard output (:func:`report_listing`), the count per status on
+    standard error."""
+    from clawbed.orchestrator.fidelity.report import report_listing
+
+    report_listing(rows, title).render(fmt)
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1

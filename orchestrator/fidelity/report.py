@@ -1,7 +1,9 @@
-"""``clawbed fidelity report``: one line per row of the table (every ID, run or not) with the
-paper's value, the testbed's, the criterion, the status and its reason, the run directory, and
-the kernel and both ends' sysctls; the same as an HTML page with each row's figure (plotly,
-offline: ``plotly.min.js`` beside the page)."""
+"""``clawbed fidelity report``: one line per row of the table (every ID, run or not): in a
+terminal its ID, status, the testbed's figure and the reason, each shortened to fit; as CSV,
+JSON or Markdown also the paper's value, the criterion, the run directory, and the kernel
+and both ends' sysctls. ``clawbed fidelity show ROW`` prints one row whole, with its checks.
+The same as an HTML page with each row's figure (plotly, offline: ``plotly.min.js`` beside
+the page)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from clawbed.errors import InputError
 from clawbed.orchestrator.fidelity.definitions import load_rows, table_ids
 from clawbed.orchestrator.fidelity.results import NOT_RUN, read_rows
+from clawbed.tables import Column, Listing, TerminalTable, styled
 
 COLUMNS = ("row", "status", "paper", "testbed", "criterion", "reason", "run dir")
 PLOTLY_JS = "plotly.min.js"
@@ -47,9 +51,62 @@ def report_rows(store_path: Path | None, run: str | None = None) -> list[dict[st
     return rows
 
 
-def text_lines(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
-    return [(r["row_id"], r["status"], r["paper"] or "", r["testbed"] or "", r["criterion"] or "", r["reason"] or "",
-             r["run_dir"] or "") for r in rows]
+#: The status colours of the terminal listing.
+STATUS_STYLE = {"pass": "green", "fail": "red", "error": "red", "not-emulated": "yellow", "skipped": "cyan"}
+
+
+def report_listing(rows: list[dict[str, Any]], title: str) -> Listing:
+    """The report as a listing: in a table one line per row (ID, status, the testbed's figure and
+    the reason, shortened to fit: ``clawbed fidelity show ROW`` has the whole row); in csv, json
+    and markdown every field."""
+    columns = (Column("row_id", "row"), Column("status", style=styled(STATUS_STYLE)),
+               Column("testbed", fit="cut", min_width=16), Column("reason", fit="cut", min_width=16),
+               Column("paper", in_table=False), Column("criterion", in_table=False),
+               Column("run", in_table=False), Column("run_dir", in_table=False), Column("kernel", in_table=False),
+               Column("sysctls", in_table=False), Column("title", in_table=False))
+    return Listing(title, columns,
+                   [(r["row_id"], r["status"], r["testbed"] or "", r["reason"] or "", r["paper"] or "",
+                     r["criterion"] or "", r.get("run") or "", r["run_dir"] or "", r["kernel"] or "",
+                     sysctl_summary(r["sysctls"]) if r["sysctls"] else "", r.get("title") or "") for r in rows],
+                   caption="clawbed fidelity show ROW: a row whole, with its checks")
+
+
+def find_row(rows: list[dict[str, Any]], row_id: str) -> dict[str, Any]:
+    """The report's row ``row_id`` (any case); an :class:`InputError` listing the IDs otherwise."""
+    for r in rows:
+        if r["row_id"].lower() == row_id.lower():
+            return r
+    raise InputError(f"ROW {row_id!r}: no such row of docs/fidelity-table.md (rows: "
+                     f"{', '.join(r['row_id'] for r in rows)})")
+
+
+def row_fields(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, text) of one row, in the order ``fidelity show`` prints them."""
+    return [("row", f"{r['row_id']}: {r.get('title') or ''}"), ("status", r["status"]),
+            ("paper", r["paper"] or ""), ("criterion", r["criterion"] or ""), ("testbed", r["testbed"] or ""),
+            ("reason", r["reason"] or ""), ("fidelity run", r.get("run") or ""), ("run dir", r["run_dir"] or ""),
+            ("kernel", r["kernel"] or ""), ("sysctls", sysctl_summary(r["sysctls"]) if r["sysctls"] else "")]
+
+
+def row_tables(r: dict[str, Any], width: int) -> list[TerminalTable]:
+    """One row whole for a terminal ``width`` characters wide: its fields (values wrapped at words beside their names),
+    then its checks (what was measured against what target, the verdict, why)."""
+    fields = TerminalTable(box=None, show_header=False, pad_edge=False)
+    fields.add_column("field", no_wrap=True, style="bold")
+    fields.add_column("value", overflow="fold")
+    for name, text in row_fields(r):
+        fields.add_row(name, text or "–")
+    tables = [fields]
+    if r["checks"]:
+        checks = Listing(f"{r['row_id']}: {len(r['checks'])} check(s)", (
+            Column("check", fit="wrap", min_width=14), Column("testbed", fit="wrap", min_width=14),
+            Column("target", fit="wrap", min_width=14),
+            Column("ok", style=styled({"yes": "green", "no": "red"})),
+            Column("why", fit="wrap", min_width=16)),
+            [(c["name"], c["value"], c["target"], "–" if c["ok"] is None else ("yes" if c["ok"] else "no"),
+              " — ".join(x for x in (c.get("note", ""), c.get("cause", "")) if x)) for c in r["checks"]])
+        tables.append(checks.table(width))
+    return tables
 
 
 def write_html(rows: list[dict[str, Any]], path: Path) -> Path:
