@@ -272,3 +272,19 @@ def test_fast_client_skips_bad_lines_naming_their_offset(tmp_path: Path) -> None
     assert "no field \"Records\"" in r.stderr
     report = json.loads(r.stdout.strip().splitlines()[-1].removeprefix("claw-client "))
     assert report["counters"]["bad_messages"] == 2 and report["counters"]["subframes"] == 1
+
+
+def test_the_command_lines_light_limits_match_their_sources() -> None:
+    """cli.py checks the command line before importing the client (numpy and all): its
+    limits are copies, held equal here."""
+    from clawbed import lte
+    from clawbed.claw.client import analyzer, core, limits
+    from clawbed.emulator.config import DEFAULT_DIAG_PORT
+
+    assert limits.CELL_SIZES_RB == tuple(sorted(lte.VALID_N_RB))
+    assert limits.VARIANTS == tuple(v.value for v in analyzer.Variant) and limits.VARIANTS[0] == "claw"
+    assert limits.DEFAULT_DIAG_PORT == DEFAULT_DIAG_PORT
+    assert core.MAX_FEEDBACK_PERIOD_MS == limits.MAX_FEEDBACK_PERIOD_MS == analyzer.MAX_WINDOW_MS
+    done = subprocess.run([sys.executable, "-c", "import sys, clawbed.claw.client.cli, clawbed.claw.client.marking; "
+                           "print('numpy' in sys.modules)"], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -1,7 +1,7 @@
-"""``python -m clawbed.claw.client``: the CLAW client daemon (see :mod:`.daemon`)."""
+"""``python -m clawbed.claw.client``: the CLAW client (see :mod:`.cli`)."""
 
 import sys
 
-from clawbed.claw.client.daemon import main
+from clawbed.claw.client.cli import main
 
 sys.exit(main())

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from clawbed import lte
+from clawbed.claw.client.limits import DEFAULT_IDLE_TIMEOUT_MS as DEFAULT_IDLE_TIMEOUT_MS
 
 #: Below this many scheduled subframes in the window, the mean MCS is the channel-quality
 #: MCS's mean over the window (when the feed reports one); a tenth of the 100-ms default T.
@@ -53,8 +54,6 @@ RING_MS = 16384
 MAX_WINDOW_MS = 10_000
 #: Window before the server's first RTT echo, ms.
 DEFAULT_WINDOW_MS = 100
-#: Default time without a scheduled subframe after which the radio counts as idle, ms.
-DEFAULT_IDLE_TIMEOUT_MS = 10_000
 #: SFN cycle, ms.
 SFN_CYCLE_MS = lte.SFN_CYCLE * 10
 #: Loads are summed as integers in these units (parts per billion) so running sums are exact.

@@ -60,12 +60,9 @@ from clawbed.claw.client.feed import (
     LossEvent,
     PdschSubframe,
 )
+from clawbed.claw.client.limits import MAX_FEEDBACK_PERIOD_MS, MIN_FEEDBACK_PERIOD_MS
 from clawbed.claw.feedback import Echo, Feedback
 
-#: Most often feedback can be sent: every subframe.
-MIN_FEEDBACK_PERIOD_MS = 1
-#: Least often: the feedback's longest window.
-MAX_FEEDBACK_PERIOD_MS = 10_000
 #: Chains of back-to-back bottleneck checks while the UE downloads, offset by T / this: the
 #: first window with evidence starts at most that long after the flow can give it
 #: (claw/DESIGN.md, "Departure: the detector's cadence").

@@ -28,7 +28,7 @@ feedback_seq   sequence number of the report sent in this subframe (empty: none)
 events         loss events in this subframe: ``rlc-loss:N``/``overflow:N`` joined by ``;``
 =============  ==============================================================================
 
-Rows are flushed every :data:`FLUSH_ROWS` rows, so an interrupted run loses at most that
+Rows are flushed every :data:`FLUSH_ROWS` rows (and after the first), so an interrupted run loses at most that
 many; a last line cut short is skipped by :func:`read_estimates`.
 """
 
@@ -93,7 +93,8 @@ class EstimateLog:
         self._f.write(",".join(fields) + "\n")
         self.rows += 1
         self._pending += 1
-        if self._pending >= FLUSH_ROWS:
+        # The first row at once: a scheme takes the client as ready when its log has one.
+        if self._pending >= FLUSH_ROWS or self.rows == 1:
             self.flush()
 
     def flush(self) -> None:

@@ -39,6 +39,9 @@ BINARY = Path(os.environ.get("CLAWBED_CLAW_CLIENT_BIN") or REPO_ROOT / "target" 
 IMPL_ENV = "CLAWBED_CLAW_CLIENT"
 IMPLS = ("fast", "reference")
 DEFAULT_IMPL = "fast"
+#: The fast client reads the feed at most once per this many ms (``--batch-ms``): a wake-up
+#: per subframe costs it more than the subframe's work (2.5 % of a core against 0.8 %).
+FAST_BATCH_MS = 10
 
 
 class FastClientError(RuntimeError):
@@ -85,8 +88,7 @@ def run_argv(args: Any, *, ack_map: Path | None) -> list[str]:
         argv += ["--netns", args.netns]
     if ack_map is not None:
         argv += ["--ack-map", str(ack_map)]
-    if args.batch_ms:
-        argv += ["--batch-ms", str(args.batch_ms)]
+    argv += ["--batch-ms", str(args.batch_ms)]
     return argv
 
 

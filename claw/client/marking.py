@@ -28,13 +28,16 @@ import contextlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clawbed.claw.bpfobjects import BpffsMount, TcProgram, device_l2_len, object_path
-from clawbed.claw.client.feed import LossKind
 from clawbed.claw.server import bpfmap
 from clawbed.claw.server.bpfmap import BpfMap
 from clawbed.claw.server.libbpf import BpfObject
 from clawbed.netns import Ledger, ResourceError, resource_name
+
+if TYPE_CHECKING:  # the feed decoder's import of numpy would slow every client's start
+    from clawbed.claw.client.feed import LossKind
 
 OBJECT_NAME = "ack_mark_egress.bpf.o"
 PROGRAM = "ack_mark_egress"
@@ -95,7 +98,7 @@ class AckMarkMap:
     def note_event(self, kind: LossKind, at_monotonic_ns: int) -> None:
         """A loss event of ``kind`` at ``at_monotonic_ns`` (CLOCK_MONOTONIC): ACKs sent
         within one window after it get the kind's flag."""
-        self._set({0 if kind is LossKind.WIRELESS else 1: max(int(at_monotonic_ns), 1)})
+        self._set({0 if kind.value == "rlc-loss" else 1: max(int(at_monotonic_ns), 1)})
         self.events_written += 1
 
     def set_window_ms(self, window_ms: int) -> None:
