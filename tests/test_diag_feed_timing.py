@@ -80,6 +80,7 @@ class FeedReader:
             self._chunks.append((time.time(), chunk))
 
     def close(self) -> list[Line]:
+        self._thread.join(timeout=5)  # until EOF (the emulator stopped), or give up
         self._stop.set()
         self._thread.join()
         self.sock.close()
@@ -134,6 +135,7 @@ class Run:
     busy: Figures | None
     counters: dict[str, Any]
     out: Path
+    lines: list[Line]
 
 
 def run_feed(tmp: Path, timing: str, busy: bool) -> Run:
@@ -157,13 +159,13 @@ def run_feed(tmp: Path, timing: str, busy: bool) -> Run:
                     sender.popen.wait(timeout=BUSY_S + 60)
                 t2 = time.time()
             time.sleep(0.8)  # the last tick's packet
+            counters = cell.stop()  # the feed ends: the reader sees EOF
         finally:
             lines = reader.close()
-        counters = cell.stop()
     idle = figures(lines, t0, t1)
     # The flow's first 0.5 s fills the queue; its last 0.3 s may end in a tick's packet.
     busy_figures = figures(lines, t1 + 0.5, t2 - 0.3) if busy else None
-    return Run(idle, busy_figures, counters, tmp)
+    return Run(idle, busy_figures, counters, tmp, lines)
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +223,9 @@ def test_both_timings_carry_the_same_messages_as_the_file(phone: Run) -> None:
                   if b.startswith(b'{"type_id":"LTE_PHY_PDSCH_Stat_Indication"')}
     assert phone.idle.subframes > 0.9 * IDLE_S * 1000
     assert len(file_lines) >= phone.idle.subframes
+
+
+def test_the_last_packet_goes_out_when_the_emulator_stops(phone: Run) -> None:
+    # The subframes held when the emulator stopped are delivered as the next tick would have.
+    last_file = json.loads((phone.out / "diag-ue0.jsonl").read_bytes().splitlines()[-1])["timestamp"]
+    assert phone.lines[-1].message["timestamp"] == last_file

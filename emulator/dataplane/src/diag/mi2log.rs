@@ -441,6 +441,11 @@ impl Mi2logFeed {
         }
     }
 
+    /// Whether frames are held for the subscribers and the pty.
+    pub fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
     /// Hands the frames held to the subscribers and the pty.
     pub fn release(&mut self) {
         let held = std::mem::take(&mut self.held);

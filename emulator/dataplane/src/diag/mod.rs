@@ -249,13 +249,18 @@ impl Feed {
             return;
         };
         if packer.after_subframe(t_ms, scheduled) {
-            for sub in &mut self.subscribers {
-                sub.pending.extend_from_slice(&self.held);
-            }
-            self.held.clear();
-            self.mi2log.release();
-            self.deliveries += 1;
+            self.release();
         }
+    }
+
+    /// Delivers what is held (phone timing) to the subscribers and the mi2log feed's.
+    fn release(&mut self) {
+        for sub in &mut self.subscribers {
+            sub.pending.extend_from_slice(&self.held);
+        }
+        self.held.clear();
+        self.mi2log.release();
+        self.deliveries += 1;
     }
 
     fn note_file_error(&mut self, e: &io::Error) {
@@ -383,6 +388,12 @@ impl DiagServer {
                 self.publish(&batch, stats_period_ms, &mut line, &mut counters);
                 batch.records.clear();
                 let _ = queue.spare.push(batch.records);
+            }
+            if closed {
+                // The last subframes go out as the next flush tick would have sent them.
+                for feed in self.feeds.iter_mut().filter(|f| !f.held.is_empty() || f.mi2log.has_held()) {
+                    feed.release();
+                }
             }
             self.pump_all(&queue, &mut counters);
             if last_flush.elapsed() >= FILE_FLUSH_INTERVAL {
