@@ -228,9 +228,9 @@ def _trace_name(trace: str) -> str:
 
 def runs_listing(rows: list[dict[str, Any]]) -> Listing:
     """The runs as a listing: in a table name, page on trace, loads, status and median PLT per
-    scheme (the date and the page go first when the terminal is narrow); every field in csv and json."""
+    scheme (the date, then page and trace, leave a narrow terminal first); every field in csv and json."""
     columns = (Column("name", fit="keep"), Column("kind", in_table=False), Column("started", "date", drop=2),
-               Column("what", "page on trace", fit="cut", min_width=12, drop=1, in_data=False), Column("trace", in_table=False),
+               Column("what", "page on trace", fit="wrap", min_width=12, drop=1, in_data=False), Column("trace", in_table=False),
                Column("page", in_table=False), Column("schemes", in_table=False),
                Column("scenarios", in_table=False), Column("loads", in_table=False),
                Column("ok_of_loads", "loads", in_data=False, justify="right"),

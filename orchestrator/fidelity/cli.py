@@ -81,8 +81,9 @@ def show(row_id: str, run_name: str | None, fmt: str | None, store_path: Path | 
         click.echo(json.dumps(row, default=str))
         return
     console = Console()
-    for table in row_tables(row, console.width):
+    for table in row_tables(row):
         console.print(table)
+        console.print()
 
 
 def _rows(run_name: str | None, store_path: Path | None) -> list[dict[str, Any]]:

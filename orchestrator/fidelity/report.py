@@ -88,24 +88,30 @@ def row_fields(r: dict[str, Any]) -> list[tuple[str, str]]:
             ("kernel", r["kernel"] or ""), ("sysctls", sysctl_summary(r["sysctls"]) if r["sysctls"] else "")]
 
 
-def row_tables(r: dict[str, Any], width: int) -> list[TerminalTable]:
-    """One row whole for a terminal ``width`` characters wide: its fields (values wrapped at words beside their names),
-    then its checks (what was measured against what target, the verdict, why)."""
-    fields = TerminalTable(box=None, show_header=False, pad_edge=False)
-    fields.add_column("field", no_wrap=True, style="bold")
-    fields.add_column("value", overflow="fold")
+def _grid(title: str | None = None) -> TerminalTable:
+    """Names beside values, the values wrapped at words: a record, not a table of many columns."""
+    grid = TerminalTable(title=title, title_justify="left", box=None, show_header=False, pad_edge=False)
+    grid.add_column("field", no_wrap=True, style="bold")
+    grid.add_column("value", overflow="fold")
+    return grid
+
+
+def row_tables(r: dict[str, Any]) -> list[TerminalTable]:
+    """One row whole for a terminal: its fields (values wrapped at words beside their names),
+    then each check as a record of its own (what was measured against what target, the
+    verdict, why): check names and causes are sentences, too long for columns side by side."""
+    fields = _grid()
     for name, text in row_fields(r):
         fields.add_row(name, text or "–")
     tables = [fields]
-    if r["checks"]:
-        checks = Listing(f"{r['row_id']}: {len(r['checks'])} check(s)", (
-            Column("check", fit="wrap", min_width=14), Column("testbed", fit="wrap", min_width=14),
-            Column("target", fit="wrap", min_width=14),
-            Column("ok", style=styled({"yes": "green", "no": "red"})),
-            Column("why", fit="wrap", min_width=16)),
-            [(c["name"], c["value"], c["target"], "–" if c["ok"] is None else ("yes" if c["ok"] else "no"),
-              " — ".join(x for x in (c.get("note", ""), c.get("cause", "")) if x)) for c in r["checks"]])
-        tables.append(checks.table(width))
+    for n, c in enumerate(r["checks"], start=1):
+        check = _grid(f"check {n} of {len(r['checks'])}")
+        ok = "not evaluated" if c["ok"] is None else ("[green]yes[/green]" if c["ok"] else "[red]no[/red]")
+        for name, text in (("check", c["name"]), ("testbed", c["value"]), ("target", c["target"]), ("ok", ok),
+                           ("note", c.get("note", "")), ("cause", c.get("cause", ""))):
+            if text:
+                check.add_row(name, text)
+        tables.append(check)
     return tables
 
 
