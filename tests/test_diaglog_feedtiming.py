@@ -99,6 +99,23 @@ def test_a_packet_carries_its_distinct_subframes_and_span() -> None:
     assert (p.records, p.subframes, p.span_ms, p.delay_ms) == (3, 2, 41, 0.0)
 
 
+def test_the_cli_prints_the_figures_and_writes_the_result(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from clawbed.cli import cli
+
+    data, truth = simulated_phone(list(range(0, 5000, 23)) + list(range(5000, 5200)), capacity=21, period_ms=300)
+    log = tmp_path / "phone.mi2log"
+    log.write_bytes(data)
+    out = tmp_path / "timing.json"
+    result = CliRunner().invoke(cli, ["trace", "feed-timing", str(log), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"0xB173: {len(truth)} packets" in result.output and "flush tick 300 ms" in result.output
+    assert json.loads(out.read_text())["phone_feed"]["records_per_packet"] == 21
+    result = CliRunner().invoke(cli, ["trace", "feed-timing", str(tmp_path / "absent.mi2log")])
+    assert result.exit_code != 0 and "absent.mi2log" in result.output
+
+
 def test_an_unreadable_log_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "absent.mi2log"
     assert feedtiming.main([str(missing)]) == 2

@@ -197,3 +197,27 @@ def plot(file: Path, output: Path, start_s: float, seconds: float | None) -> Non
 
     plot_trace(read_trace(file), output, start_s=start_s, seconds=seconds)
     click.echo(f"wrote {output}")
+
+
+@trace.command(name="feed-timing")
+@click.argument("logs", nargs=-1, required=True, type=ExistingPath)
+@click.option("-o", "--output", type=PathArg, help="Write the whole result (per log, per code) as JSON here.")
+def feed_timing(logs: tuple[Path, ...], output: Path | None) -> None:
+    """How a phone's diag port delivered LOGS (.mi2log / .qmdl): records per log packet and how
+    late each packet went after its last record, per log code, with the packing rule that
+    explains them (method: traces/diaglog/feedtiming.py; the shared real logs' result, which
+    the emulator's phone feed timing uses: traces/diaglog/phone-feed-timing.json)."""
+    from clawbed.traces.diaglog.feedtiming import measure
+
+    result = measure(logs)
+    for name, s in result["pooled"].items():
+        if not s["packets"]:
+            continue
+        r, d = s["records_per_packet"], s["delay_ms"]
+        tick = f"{s['flush_period_ms']:g} ms" if s["flush_period_ms"] else "none seen"
+        click.echo(f"{name}: {s['packets']} packets, {r['p50']:g} records each (median; at most "
+                   f"{s['capacity_records']}); sent after the last record p50 {d['p50']:g} ms, p90 {d['p90']:g} ms, "
+                   f"max {d['p100']:g} ms; flush tick {tick}")
+    if output is not None:
+        output.write_text(json.dumps(result, indent=1) + "\n")
+        click.echo(f"wrote {output}")

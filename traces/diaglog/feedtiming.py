@@ -33,7 +33,7 @@ per log (``packing_rule_check``, :func:`replay_packing`): replayed over the log'
 with the ticks at the phase the log's flushed packets show, it gives the packet sizes and
 delays beside the measured ones.
 
-Run: ``python -m clawbed.traces.diaglog.feedtiming LOG... -o out.json``; the committed
+Run: ``clawbed trace feed-timing LOG... -o out.json`` (or ``python -m clawbed.traces.diaglog.feedtiming``); the committed
 result is ``traces/diaglog/phone-feed-timing.json``.
 """
 
