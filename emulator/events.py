@@ -66,7 +66,7 @@ def parse_event(text: str) -> dict[str, Any]:
     event: dict[str, Any] = {"kind": kind}
     for part in (p.strip() for p in params.split(",")) if params.strip() else ():
         key, eq, value = part.partition("=")
-        if not eq:
+        if not eq or not key.strip():
             raise ValueError(f"{part!r} is not PARAM=VALUE (in {text!r})")
         if key.strip() in event:
             raise ValueError(f"parameter {key.strip()!r} given twice (in {text!r})")

@@ -61,6 +61,7 @@ def test_the_text_form_is_the_config_table() -> None:
     ("outage:at_ms=3000", "ms: an outage event needs it"),
     ("outage at_ms=1", "is not KIND:PARAM=VALUE"),
     ("outage:at_ms", "is not PARAM=VALUE"),
+    ("drop:=5", "is not PARAM=VALUE"),
     ("outage:at_ms=1,at_ms=2,ms=3", "given twice"),
     ("burst:at_ms=1,ms=2,share=1.5", "share: must be a number in 0.0..=1.0"),
     ("capacity:at_ms=1,factor=0", "factor: must be a number in 0.01..=100.0"),

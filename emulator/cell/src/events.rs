@@ -539,7 +539,11 @@ pub fn parse(text: &str) -> Result<PolicyChoice, String> {
         return Err(format!("`{text}` is not KIND:PARAM=VALUE[,PARAM=VALUE...] (KIND one of {})", kind_names()));
     }
     let joined = if params.is_empty() { kind.to_string() } else { format!("{kind},{params}") };
-    PolicyChoice::parse(&joined)
+    let choice = PolicyChoice::parse(&joined)?;
+    if choice.params.contains_key("") {
+        return Err(format!("a parameter without a name (in `{text}`)"));
+    }
+    Ok(choice)
 }
 
 /// What happened to one event over the run: `counters.json`'s `engine.events`.
@@ -725,6 +729,7 @@ mod tests {
         assert!(parse("outage,at_ms=1").is_err(), "the kind ends with a colon");
         assert!(parse("outage:at_ms").is_err());
         assert!(parse("outage:at_ms=1,at_ms=2").is_err());
+        assert!(parse("drop:=5").is_err_and(|e| e.contains("without a name")));
     }
 
     #[test]

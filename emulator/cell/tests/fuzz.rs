@@ -53,6 +53,31 @@ proptest! {
     }
 
     #[test]
+    fn scripted_events_of_any_text_then_any_packets(
+        text in "(drop|outage|capacity|burst|x)?:?[a-z_=,.0-9 -]{0,40}",
+        packets in proptest::collection::vec((0u64..100_000, 0u32..2000, any::<u64>(), any::<u64>(), any::<bool>()), 0..20),
+    ) {
+        // Text → a table or a message; a table → an event or an error naming a key; an event
+        // → effects and drop decisions for any subframes and packets, never a panic.
+        let Ok(choice) = cell::events::parse(&text) else { return Ok(()) };
+        match cell::events::build(&choice) {
+            Err(e) => prop_assert!(!e.field.is_empty() && !e.problem.is_empty()),
+            Ok(event) => {
+                let mut script = cell::events::Script::new(vec![("x", event)], 2);
+                for (t, len, first_byte, in_flight, tcp) in packets {
+                    let _ = script.effects(t);
+                    let segment = cell::events::TcpSegment { first_byte, payload_bytes: len, in_flight_bytes: in_flight };
+                    let packet = cell::events::DownlinkPacket { len_bytes: len, tcp: tcp.then_some(segment) };
+                    let _ = script.drops(cell::UeId(0), t, &packet);
+                    if t % 7 == 0 {
+                        script.arm(t);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn cell_configs_of_any_json(
         scheduler in prop::sample::select(vec!["\"round-robin\"", "\"x\"", "{\"kind\": \"background-first\"}", "3", "{}", "{\"kind\": 1}"]),
         loss in prop::sample::select(vec!["\"fixed\"", "{\"kind\": \"fixed\", \"probability\": 1e300}", "{\"kind\": \"fixed\", \"probability\": true}",
