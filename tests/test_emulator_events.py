@@ -338,3 +338,24 @@ def test_in_a_replay_at_ms_is_ms_into_each_load(tmp_path: Path) -> None:
         assert any(0 <= load_ms - (s - at_ms) <= 1000 for s in starts), (load_ms, starts)
     print(f"outages at {starts} ms; loads at {[round(r['t_start_unix_s'] * 1000 - origin_ms) for r in records]} ms; "
           f"{seeks} seeks, {tally['armings']} armings")
+
+
+@pytest.mark.root
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux namespaces")
+def test_emu_run_takes_events(tmp_path: Path) -> None:
+    from conftest import CLAWBED
+
+    out = tmp_path / "emu"
+    proc = subprocess.run([str(CLAWBED), "emu", "run", "--rate", "12mbit", "--event", "outage:at_ms=500,ms=300",
+                           "--event", "capacity:at_ms=1000,factor=0.25", "--seconds", "2", "--out", str(out),
+                           "--", "sleep", "10"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "--events outage:at_ms=500,ms=300" in proc.stderr, proc.stderr[-2000:]
+    truth = read_truth(out / "truth.cbcol")
+    t_ms = truth["t_ms"]
+    runs = _runs(truth.ue(0, "scripted_outage").astype(bool))
+    assert [(int(t_ms[s]), e - s) for s, e in runs] == [(500, 300)]
+    factor = truth.ue(0, "capacity_factor")
+    assert (factor[t_ms >= 1000] == 0.25).all() and (factor[t_ms < 1000] == 1.0).all()
+    config = json.loads((out / "emulator.json").read_text())
+    assert [e["kind"] for e in config["events"]] == ["outage", "capacity"]
