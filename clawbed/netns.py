@@ -443,11 +443,29 @@ def undo_entry(entry: dict) -> str | None:
         return f"struct_ops {name} (link {pin})" if unlink_pin(pin) else None
     if kind == "cc-default":
         return _restore_cc_default(entry)
+    if kind == "trace-instance":  # a scheduler trace's tracefs instance (replay/schedtrace.py)
+        path = Path(entry["path"])
+        try:
+            path.rmdir()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise ResourceError(f"removing the trace instance {path}: {e.strerror}") from e
+        return f"trace instance {path}"
+    if kind == "tracefs":  # mounted by the run (it was not): unmounted when still a tracefs
+        path = Path(entry["path"])
+        if os.path.ismount(path) and _statfs_type(path) == TRACEFS_MAGIC and \
+                _libc.umount2(os.fsencode(str(path)), 0) == 0:
+            return f"tracefs on {path}"
+        return None
     return None
 
 
+#: statfs magic of a tracefs.
+TRACEFS_MAGIC = 0x74726163
 #: The kinds :func:`undo_entry` undoes (the others: processes, links, namespaces).
-BPF_AND_TC_KINDS = frozenset({"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default"})
+BPF_AND_TC_KINDS = frozenset({"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default", "trace-instance",
+                              "tracefs"})
 
 
 def cleanup_from_ledger(path: Path) -> list[str]:

@@ -15,6 +15,7 @@ from clawbed.claw.schemes.base import scheme_names
 from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
 from clawbed.paths import REPO_ROOT, runs_dir
 from clawbed.replay import pages, settings
+from clawbed.replay.lateness import DEFAULT_LATE_RULE, LATE_RULES
 from clawbed.replay.report import plt_stats, stats_table, write_report
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent, describe_lateness
 from clawbed.traces.inputs import ACCEPTED
@@ -68,7 +69,7 @@ RECORDER_META = "clawbed.replay.recorder"
               help="a deliberate slowdown: add this many ms to every server → UE packet's core delay (to "
                    "calibrate a regression check)")
 @click.option("--rerun-late/--no-rerun-late", default=True, show_default=True,
-              help="load again (up to twice) a load during which the emulator fell behind by more than 1 ms "
+              help="load again (up to twice) a load during which the emulator fell behind (--late-rule) "
                    "(with --keep-connections it is kept, flagged: a rerun would be a warm load)")
 @click.option("--capture-server", is_flag=True,
               help="capture the server's device into <run dir>/server.pcap (for `clawbed analyze bandwidth`)")
@@ -81,13 +82,20 @@ RECORDER_META = "clawbed.replay.recorder"
 @click.option("--reserve-cpu/--no-reserve-cpu", "reserve_cpu", default=None,
               help="run the emulator's clock and writer on a CPU of their own, the run's other processes on the "
                    "rest (default: with 4 CPUs or more; on fewer the rest are starved, see replay/cpus.py)")
+@click.option("--late-rule", type=click.Choice(tuple(LATE_RULES)), default=DEFAULT_LATE_RULE, show_default=True,
+              help="which loads count as late (rerun, or flagged): " + "; ".join(
+                  f"{r.name}: {r.help}" for r in LATE_RULES.values()) + " (docs/timing.md)")
+@click.option("--trace-sched", is_flag=True,
+              help="trace the scheduler during each load (a tracefs instance of the run's own) and attribute "
+                   "each late subframe to who ran instead of the cell thread: sched.json per load, "
+                   "sched-causes.json per run (docs/timing.md)")
 @settings.options("replay")
 def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, loader: str,
            wireline_rate: str | None, wired_delay_ms: float, wired_jitter_ms: float, wired_loss_pct: float,
            wired_reorder_pct: float, seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
            rerun_late: bool, capture_server: bool, idle_before_s: float, keep_connections: bool,
-           reserve_cpu: bool | None, **kwargs: Any) -> None:
+           reserve_cpu: bool | None, late_rule: str, trace_sched: bool, **kwargs: Any) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -104,7 +112,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         other_ues=parse_other_ues(other_ues) if other_ues is not None else [], align_trace=align_trace,
         inject_delay_ms=inject_delay_ms, rerun_late=rerun_late,
         capture_server=capture_server, idle_before_s=idle_before_s,
-        keep_connections=keep_connections, reserve_emulator_cpu=reserve_cpu, **shared)
+        keep_connections=keep_connections, reserve_emulator_cpu=reserve_cpu, late_rule=late_rule,
+        trace_sched=trace_sched, **shared)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)

@@ -14,8 +14,17 @@ Two measures, from the emulator's own files, cut to the load's time span:
   emulator delivered during the load — what a stall does to the measured RTTs.
 
 Steal time comes from ``/proc/stat`` (the ``cpu`` line's 8th value) before and after the load.
-A load whose subframe lateness or delivery error exceeded
-:data:`~clawbed.replay.records.LATE_LIMIT_MS` has ``timing_ok`` False.
+
+A late wake-up of the cell thread runs every missed subframe at once, so one slip of L ms
+shows as subframes late by L, L − 1, … ms: a :class:`Slip` is one such wake-up, its lateness
+the first subframe's. A load's **stall** is the sum of its busy slips of at least
+:data:`SLIP_FLOOR_MS`: how long the cell's clock stood still while the load's data was in it,
+the most its packets were held back in all.
+
+Which loads are flagged (``timing_ok`` False) is a :class:`LateRule` of :data:`LATE_RULES`
+(``--late-rule``; docs/timing.md): ``strict``, any subframe lateness or delivery error beyond
+:data:`~clawbed.replay.records.LATE_LIMIT_MS`; ``evidence`` (the default), a bound on the stall
+and on the worst single slip, from what injected stalls did to the PLT (``make bench``).
 
 What a late load becomes (:func:`late_action`): run again (``--rerun-late``, up to
 ``max_late_reruns`` times) — except with kept connections (``--keep-connections``): the
@@ -32,7 +41,7 @@ from __future__ import annotations
 import enum
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -112,12 +121,72 @@ class ColumnTail:
         self.rows = int(keep.sum())
 
 
+#: A slip of the cell clock counts toward a load's stall (and is attributed by a scheduler
+#: trace) from this lateness on, ms: below it, the wake-up's own jitter on a virtual machine.
+SLIP_FLOOR_MS = 0.5
+
+
+@dataclass(frozen=True)
+class Slip:
+    """One late wake-up of the cell thread and the subframes it ran at once."""
+
+    #: Emulated time of the first subframe it ran late (its boundary), ms.
+    t_ms: float
+    #: That subframe's lateness (the slip's worst), ms; for an idle cell, beyond its batch.
+    late_ms: float
+    #: Subframes run in that wake-up.
+    subframes: int
+    #: The cell held data (some UE had something queued or demanded) during it.
+    busy: bool
+    #: When the wake-up ran them, emulated ms (None: ``t_ms + late_ms``); for an idle batch,
+    #: its lateness is what it ran beyond the batch, so the slip is the ``late_ms`` before this.
+    ran_ms: float | None = None
+
+    def span_ms(self) -> tuple[float, float]:
+        """The late interval, emulated ms: from when it should have run to when it ran."""
+        ran = self.t_ms + self.late_ms if self.ran_ms is None else self.ran_ms
+        return ran - self.late_ms, ran
+
+
 @dataclass
 class Lateness:
     subframe_max_ms: float | None
     subframe_p999_ms: float | None
     delivery_max_ms: float | None
     delivery_p999_ms: float | None
+    #: Sum of the busy slips of at least :data:`SLIP_FLOOR_MS`, ms (None: not measured).
+    stall_ms: float | None = None
+    #: Those slips, in time order (for a scheduler trace's attribution).
+    slips: list[Slip] = field(default_factory=list)
+
+
+def find_slips(t_ms: np.ndarray, lateness_us: np.ndarray, busy: np.ndarray,
+               floor_ms: float = SLIP_FLOOR_MS) -> list[Slip]:
+    """The slips of at least ``floor_ms`` among subframes ``t_ms`` (emulated ms) with their
+    recorded lateness (µs) and busy flags: subframes run in one wake-up share its time
+    (boundary + lateness), so consecutive rows with the same run time form one slip."""
+    t = np.asarray(t_ms, dtype=np.float64)
+    if len(t) == 0:
+        return []
+    late_us = np.asarray(lateness_us, dtype=np.float64)
+    busy = np.asarray(busy, dtype=bool)
+    effective = effective_subframe_lateness_ms(late_us, busy)
+    # The run time in µs, rounded: the truth stores lateness in µs as f64.
+    ran_us = np.round(t * 1000.0 + late_us)
+    starts = np.flatnonzero(np.concatenate([[True], ran_us[1:] != ran_us[:-1]]))
+    ends = np.append(starts[1:], len(t))
+    out = []
+    for a, b in zip(starts, ends):
+        worst = float(np.nanmax(effective[a:b]))
+        if worst >= floor_ms:
+            out.append(Slip(t_ms=float(t[a]), late_ms=round(worst, 3), subframes=int(b - a),
+                            busy=bool(busy[a:b].any()), ran_ms=round(float(ran_us[a]) / 1000.0, 3)))
+    return out
+
+
+def stall_ms(slips: list[Slip]) -> float:
+    """The busy slips' lateness summed, ms: how long the clock stood still with data in the cell."""
+    return round(sum(s.late_ms for s in slips if s.busy), 3)
 
 
 def effective_subframe_lateness_ms(lateness_us: np.ndarray, busy: np.ndarray) -> np.ndarray:
@@ -167,6 +236,8 @@ class LoadTiming:
                     busy |= np.nan_to_num(values[sel]) > 0
             late = effective_subframe_lateness_ms(tc["wake_lateness_us"][sel], busy)
             out.subframe_max_ms, out.subframe_p999_ms = _stats(late)
+            out.slips = find_slips(tc["t_ms"][sel], tc["wake_lateness_us"][sel], busy)
+            out.stall_ms = stall_ms(out.slips) if len(late) else None
         pc = self.packets.columns
         if "t_actual_us" in pc:
             t_ms = pc["t_actual_us"] / 1000.0
@@ -222,12 +293,84 @@ def steal_between(before: tuple[int, int] | None, after: tuple[int, int] | None)
     return round(steal * 1000.0 / _CLK_TCK, 1), round(100.0 * steal / total, 2) if total > 0 else 0.0
 
 
-def judge(record: LoadRecord, lateness: Lateness) -> None:
-    """Fill in the record's lateness fields and ``timing_ok``."""
+class LateRule:
+    """Which loads count as late: one subclass and one :func:`register_rule` per rule."""
+
+    name: str = ""
+    #: One line for ``--help`` and the docs.
+    help: str = ""
+
+    def timing_ok(self, lateness: Lateness) -> bool | None:
+        """False: the load is flagged; None: nothing was measured."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The rule's bounds, for a flagged load's message."""
+        raise NotImplementedError
+
+
+#: name → rule, ``--late-rule``'s choices.
+LATE_RULES: dict[str, LateRule] = {}
+
+
+def register_rule(rule: LateRule) -> LateRule:
+    if rule.name in LATE_RULES:
+        raise ValueError(f"late rule {rule.name!r} is registered twice")
+    LATE_RULES[rule.name] = rule
+    return rule
+
+
+class StrictRule(LateRule):
+    """Any subframe (or delivery) later than :data:`LATE_LIMIT_MS`: the rule before the evidence."""
+
+    name = "strict"
+    help = f"flag a load when any busy subframe or delivery was more than {LATE_LIMIT_MS:g} ms late"
+
+    def timing_ok(self, lateness: Lateness) -> bool | None:
+        measured = [v for v in (lateness.subframe_max_ms, lateness.delivery_max_ms) if v is not None]
+        return all(v <= LATE_LIMIT_MS for v in measured) if measured else None
+
+    def describe(self) -> str:
+        return f"more than {LATE_LIMIT_MS:g} ms late somewhere"
+
+
+class EvidenceRule(LateRule):
+    """A bound on the stall (the sum of the busy slips) and on the worst single slip, set from
+    what injected stalls did to the PLT (docs/timing.md, "A threshold from evidence")."""
+
+    name = "evidence"
+    #: Largest stall (sum of busy slips of at least SLIP_FLOOR_MS) a load may have, ms.
+    MAX_STALL_MS = 5.0
+    #: Largest single slip, and delivery error, ms: below Cubic's HyStart delay threshold (at
+    #: least 4 ms), so one slip cannot end a slow start by itself.
+    MAX_SLIP_MS = 2.0
+    help = (f"flag a load when the cell's clock stood still more than {MAX_STALL_MS:g} ms in all while it held "
+            f"data, or more than {MAX_SLIP_MS:g} ms at once")
+
+    def timing_ok(self, lateness: Lateness) -> bool | None:
+        worst = [v for v in (lateness.subframe_max_ms, lateness.delivery_max_ms) if v is not None]
+        if not worst:
+            return None
+        return all(v <= self.MAX_SLIP_MS for v in worst) and (lateness.stall_ms or 0.0) <= self.MAX_STALL_MS
+
+    def describe(self) -> str:
+        return f"stalled more than {self.MAX_STALL_MS:g} ms in all or {self.MAX_SLIP_MS:g} ms at once"
+
+
+register_rule(StrictRule())
+register_rule(EvidenceRule())
+#: The rule a replay uses unless told (``--late-rule``).
+DEFAULT_LATE_RULE = "evidence"
+
+
+def judge(record: LoadRecord, lateness: Lateness, rule: str = DEFAULT_LATE_RULE) -> None:
+    """Fill in the record's lateness fields and ``timing_ok`` by the rule named ``rule``."""
     record.subframe_late_max_ms, record.subframe_late_p999_ms = lateness.subframe_max_ms, lateness.subframe_p999_ms
     record.delivery_err_max_ms, record.delivery_err_p999_ms = lateness.delivery_max_ms, lateness.delivery_p999_ms
-    measured = [v for v in (lateness.subframe_max_ms, lateness.delivery_max_ms) if v is not None]
-    record.timing_ok = all(v <= LATE_LIMIT_MS for v in measured) if measured else None
+    record.subframe_stall_ms = lateness.stall_ms
+    record.subframe_slips = sum(1 for s in lateness.slips if s.busy) if lateness.stall_ms is not None else None
+    record.late_rule = rule
+    record.timing_ok = LATE_RULES[rule].timing_ok(lateness)
 
 
 class LateAction(enum.Enum):

@@ -65,7 +65,13 @@ class LoadRecord:
     #: for a CPU (``/proc/pressure/cpu``, "some"): how contended the machine was — the loader,
     #: nginx and the TLS handshakes run on the same CPUs, so this moves PLT. None: no PSI.
     cpu_wait_pct: float | None = None
-    #: False when the emulator fell behind by more than ``LATE_LIMIT_MS`` during the load
+    #: The stall over the load: the cell thread's busy slips of 0.5 ms or more summed, ms, and
+    #: how many there were (``replay.lateness``: how long the clock stood still with data in the cell).
+    subframe_stall_ms: float | None = None
+    subframe_slips: int | None = None
+    #: The rule ``timing_ok`` was judged by (``replay.lateness.LATE_RULES``: strict, evidence).
+    late_rule: str | None = None
+    #: False when the emulator fell behind during the load beyond what ``late_rule`` allows
     #: (its timing is not the model's); None: not measured.
     timing_ok: bool | None = None
     #: Where the load's wall time beyond its PLT went, ms: ``scheme_setup`` (the scheme's
@@ -124,8 +130,8 @@ def load_retransmits(rows: list[dict[str, Any]], carried: dict[str, int]) -> tup
     return count, {**carried, **last}
 
 
-#: Lateness (ms) beyond which the emulator counts as having fallen behind during a load: then
-#: the load's ``timing_ok`` is False.
+#: Lateness (ms) beyond which the strict rule counts the emulator as having fallen behind
+#: during a load (``replay.lateness.StrictRule``): then the load's ``timing_ok`` is False.
 LATE_LIMIT_MS = 1.0
 
 #: ``results.csv``'s columns: the record's flat fields, in order.
@@ -133,4 +139,4 @@ CSV_COLUMNS = ("load", "round", "trace_ms", "scheme", "ok", "error", "plt_ms", "
                "protocol", "n_objects", "t_start_unix_s", "t_end_unix_s", "t_first_flow_unix_s", "flows",
                "retransmits", "load_dir", "timing_ok", "late_reruns", "subframe_late_max_ms",
                "subframe_late_p999_ms", "delivery_err_max_ms", "delivery_err_p999_ms", "steal_ms", "steal_pct",
-               "cpu_wait_pct")
+               "cpu_wait_pct", "subframe_stall_ms", "subframe_slips", "late_rule")

@@ -60,11 +60,14 @@ from clawbed.orchestrator.network.crosstraffic import (
 )
 from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
-from clawbed.replay import cpus, drwa, loaders, mahimahi, pages, rmem, settings, webserver
+from clawbed.replay import cpus, drwa, loaders, mahimahi, pages, rmem, schedtrace, settings, webserver
 from clawbed.replay.capture import ServerCapture
 from clawbed.replay.flows import FlowSet
 from clawbed.replay.lateness import (
+    DEFAULT_LATE_RULE,
+    LATE_RULES,
     LateAction,
+    Lateness,
     LoadTiming,
     cpu_pressure_us,
     cpu_ticks,
@@ -74,7 +77,7 @@ from clawbed.replay.lateness import (
     steal_between,
 )
 from clawbed.replay.loaders.browser import CHROMIUM_HTTP1_CONNECTIONS
-from clawbed.replay.records import LATE_LIMIT_MS, LoadRecord, load_retransmits
+from clawbed.replay.records import LoadRecord, load_retransmits
 from clawbed.replay.rundir import (
     RunDir,
     check_name,
@@ -238,6 +241,13 @@ class ReplayConfig:
     gzip: bool = False
     #: HTTP/1.1 connections per host the loader opens (Chromium's are fixed at 6).
     h1_connections_per_host: int = 6
+    #: Which loads count as late (``lateness.LATE_RULES``: ``evidence``, a bound on the stall
+    #: and the worst slip; ``strict``, anything beyond 1 ms); docs/timing.md.
+    late_rule: str = DEFAULT_LATE_RULE
+    #: Record the scheduler's events during each load in a tracefs instance of the run's own
+    #: and attribute each late subframe to who ran instead of the cell thread
+    #: (``replay/schedtrace.py``): ``sched.json`` per load, ``sched-causes.json`` per run.
+    trace_sched: bool = False
 
     def check(self) -> None:
         """Refuse a bad setting before anything is created; each error names its flag."""
@@ -297,6 +307,8 @@ class ReplayConfig:
         if self.reserve_emulator_cpu and len(cpus.allowed_cpus()) < 2:
             raise InputError(f"--reserve-cpu: needs two CPUs, and this process may run on "
                              f"{len(cpus.allowed_cpus())} ({sorted(cpus.allowed_cpus())})")
+        if self.late_rule not in LATE_RULES:
+            raise InputError(f"--late-rule {self.late_rule!r}: one of {', '.join(LATE_RULES)}")
         if not 0 <= self.inject_delay_ms <= 10_000:
             raise InputError(f"--inject-delay-ms {self.inject_delay_ms}: must be 0..10000")
         if self.max_late_reruns < 0:
@@ -617,6 +629,13 @@ class Replay:
             res.callback(ue_drwa.close)
         origin_unix_s = int(emu.ready["origin_unix_ns"]) / 1e9
         timing = LoadTiming(emu.truth_path, emu.packets_path, origin_unix_s)
+        sched: schedtrace.SchedTrace | None = None
+        attribution: schedtrace.LoadAttribution | None = None
+        if cfg.trace_sched:  # a tracefs instance of the run's own, removed with it
+            sched = schedtrace.SchedTrace(res, schedtrace.cell_tid(emu.pid)).open()
+            attribution = schedtrace.LoadAttribution(sched, origin_unix_s)
+            self.run_dir.write_manifest(sched_trace={"instance": str(sched.path), "cell_tid": sched.cell_tid,
+                                                     "buffer_kb": sched.buffer_kb})
 
         site = self.run_dir.path / "site"
         self.page.materialize(site)
@@ -662,7 +681,7 @@ class Replay:
                                     ues=[endpoint], feedback_period_ms=cfg.feedback_period_ms,
                                     client_args=client_args, sysctls=server_overrides(cfg.server_stack, cfg.server_sysctls))
                 record, client_log = self._one_load(index, round_, scheme_name, ctx, url, ue, sampler, activities,
-                                                    trace_ms, emu.seek)
+                                                    trace_ms, emu.seek, sched)
                 mark = time.monotonic()
                 try:
                     self._keep_series(record, load_dir, sampler.rows, diag, emu.truth_path, origin_unix_s,
@@ -674,7 +693,9 @@ class Replay:
                                                       f"{record.series_error}"))
                 flow_rows = self._keep_flows(record, load_dir)
                 series_done = time.monotonic()
-                self._judge_timing(record, timing)
+                lateness = self._judge_timing(record, timing)
+                if sched is not None and attribution is not None:
+                    self._attribute_lateness(record, load_dir, lateness, sched, attribution)
                 done = time.monotonic()
                 record.overhead_ms.update(series=round((series_done - mark) * 1000, 1),
                                           timing=round((done - series_done) * 1000, 1),
@@ -706,6 +727,9 @@ class Replay:
             self.records.append(record)
             self.on_event(ReplayEvent("load-done", len(plan), record=record, load=index, scheme=scheme_name))
         self._stop_background(activities)
+        if attribution is not None:
+            for line in attribution.finish(self.run_dir.path):
+                self.on_event(ReplayEvent("note", len(plan), message=line))
         if self.flows.flows:
             self.flows.write_run(self.run_dir.path / "flows.csv")
             self.run_dir.write_manifest(flows_summary=self.flows.summary())
@@ -809,7 +833,8 @@ class Replay:
 
     def _one_load(self, index: int, round_: int, scheme_name: str, ctx: SchemeContext, url: str,
                   ue: Any, sampler: TcpSampler, activities: list[Background],
-                  trace_ms: int | None, seek: Callable[[int], None]) -> tuple[LoadRecord, Path | None]:
+                  trace_ms: int | None, seek: Callable[[int], None],
+                  sched: schedtrace.SchedTrace | None = None) -> tuple[LoadRecord, Path | None]:
         """Set the scheme up, load the page once while sampling, tear the scheme down; the
         load's record (a failure is recorded, never raised, except Ctrl-C and a dead emulator)
         and the scheme's client log, if it has one.
@@ -835,6 +860,7 @@ class Replay:
             time.sleep(cfg.idle_before_s)
             lap("idle_before")
         loader_started = None
+        sched_on = False
         counters_before: dict[str, int] | None = None
         decoded_bytes = 0
         try:
@@ -856,10 +882,16 @@ class Replay:
             loader_started = phase
             steal_before, pressure_before = cpu_ticks(), cpu_pressure_us()
             self.on_event(ReplayEvent("loader-start", len(self.config.plan()), load=index, scheme=scheme_name))
+            if sched is not None:  # the scheduler's events over the loader's span only
+                sched.start()
+                sched_on = True
             record.t_start_unix_s = time.time()
             assert self._loader is not None
             result = self._loader.load(url, cfg.load_timeout_s)
             record.t_end_unix_s = time.time()
+            if sched is not None:
+                sched.stop()
+                sched_on = False
             lap("loader")
             record.overhead_ms["loader"] = round(record.overhead_ms["loader"] - (result.plt_ms or 0.0), 1)
             record.steal_ms, record.steal_pct = steal_between(steal_before, cpu_ticks())
@@ -879,6 +911,8 @@ class Replay:
         finally:
             if loader_started is not None and "loader" not in record.overhead_ms:
                 lap("loader")  # it failed: its whole wall time
+            if sched is not None and sched_on:
+                sched.stop()
             sampler.stop()
             if counters_before is not None:
                 _write_counter_deltas(load_dir / "netstat.json", counters_before, _tcp_counters(self._server_pid))
@@ -908,18 +942,39 @@ class Replay:
                                                                     f"figures were not kept: {type(e).__name__}: {e}"))
             return []
 
-    def _judge_timing(self, record: LoadRecord, timing: LoadTiming) -> None:
+    def _judge_timing(self, record: LoadRecord, timing: LoadTiming) -> Lateness | None:
         """The emulator's lateness over the load's span and ``timing_ok`` (nothing measured
         when the load never started)."""
         if record.t_start_unix_s is None or record.t_end_unix_s is None:
-            return
+            return None
         try:
-            judge(record, timing.measure(record.t_start_unix_s, record.t_end_unix_s))
+            lateness = timing.measure(record.t_start_unix_s, record.t_end_unix_s)
+            judge(record, lateness, self.config.late_rule)
+            return lateness
         except Exception as e:  # noqa: BLE001 - a failed measurement leaves the fields None, said so
             self.on_event(ReplayEvent("warning", len(self.config.plan()), record=record, load=record.load,
                                       scheme=record.scheme,
                                       message=f"load {record.load}: its timing was not measured: "
                                               f"{type(e).__name__}: {e}"))
+            return None
+
+    def _attribute_lateness(self, record: LoadRecord, load_dir: Path, lateness: Lateness | None,
+                            sched: schedtrace.SchedTrace, attribution: schedtrace.LoadAttribution) -> None:
+        """The load's scheduler trace read and its slips attributed (``sched.json``), one line
+        said; a failure is a warning, never the load's."""
+        try:
+            events = sched.read()
+            summary = attribution.load(record.load, record.scheme, load_dir, events,
+                                       lateness.slips if lateness else [], schedtrace.mono_minus_unix_s())
+        except Exception as e:  # noqa: BLE001 - the load's result outlives a failed attribution
+            self.on_event(ReplayEvent("warning", len(self.config.plan()), record=record, load=record.load,
+                                      scheme=record.scheme, message=f"load {record.load}: its scheduler trace was "
+                                                                    f"not attributed: {type(e).__name__}: {e}"))
+            return
+        lost = f", {summary['events_lost']:,} events lost (buffer full)" if summary["events_lost"] else ""
+        self.on_event(ReplayEvent("note", len(self.config.plan()), message=(
+            f"load {record.load} sched: {summary['slips']} slip(s), {summary['late_ms']:.1f} ms: "
+            f"{schedtrace.one_line(summary['causes'])}{lost}")))
 
     def _keep_series(self, record: LoadRecord, load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
                      truth_path: Path, origin_unix_s: float, client_log: Path | None,
@@ -954,11 +1009,14 @@ def describe_lateness(record: LoadRecord) -> str:
     """One line on a load's timing integrity, e.g. for a flagged load."""
     def ms(v: float | None) -> str:
         return "–" if v is None else f"{v:.2f} ms"
-    verdict = {True: "on time", False: f"the emulator fell behind by more than {LATE_LIMIT_MS:g} ms",
+    rule = LATE_RULES.get(record.late_rule or DEFAULT_LATE_RULE, LATE_RULES[DEFAULT_LATE_RULE])
+    verdict = {True: "on time", False: f"the emulator fell behind ({rule.name} rule: {rule.describe()})",
                None: "timing not measured"}[record.timing_ok]
     return (f"{verdict} (subframe lateness max {ms(record.subframe_late_max_ms)}, p99.9 "
-            f"{ms(record.subframe_late_p999_ms)}; delivery error max {ms(record.delivery_err_max_ms)}, p99.9 "
-            f"{ms(record.delivery_err_p999_ms)}; steal {record.steal_pct if record.steal_pct is not None else '–'} %)")
+            f"{ms(record.subframe_late_p999_ms)}, stall {ms(record.subframe_stall_ms)} in "
+            f"{record.subframe_slips if record.subframe_slips is not None else '–'} slip(s); delivery error max "
+            f"{ms(record.delivery_err_max_ms)}, p99.9 {ms(record.delivery_err_p999_ms)}; steal "
+            f"{record.steal_pct if record.steal_pct is not None else '–'} %)")
 
 
 def _plain(obj: Any) -> Any:
