@@ -66,7 +66,7 @@ def test_written_config_has_the_binary_keys(tmp_path: Path) -> None:
     data = json.loads(config.write(tmp_path / "emu.json").read_text())
     assert set(data) <= {"mode", "seed", "output_dir", "duration_s", "loop_trace", "background_trace",
                          "realtime_priority", "affinity", "tun_offload", "cpu_latency_qos", "max_packets",
-                         "mtu_bytes", "delays", "core", "ues", "diag", "cell"}
+                         "mtu_bytes", "delays", "core", "ues", "diag", "cell", "events"}
     assert data["ues"][0]["rate"] == "2mbit" and data["cell"]["rsrq"]["noise_db"] == 0
     assert Path(data["output_dir"]).is_absolute()
     with pytest.raises(ValueError, match=r"\.json"):
