@@ -66,6 +66,8 @@ FORMATS = ("table", "csv", "json", "markdown")
 #: of padding each side of a cell, one rule character between columns and at each edge.
 FRAME_PER_COLUMN = 3
 FRAME_FIXED = 1
+#: The longest word a wrapping column widens for, characters (a longer one is folded).
+MAX_WORD = 24
 Fit = Literal["keep", "wrap", "cut"]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -186,19 +188,21 @@ class Listing:
         the others shared what is left (in proportion to what they lack), at least their
         ``min_width``; droppable columns leave, highest ``drop`` first, until that fits."""
         shown = [i for i, c in enumerate(self.columns) if c.in_table]
-        natural = {}
+        natural, word = {}, {}
         for i in shown:
             c = self.columns[i]
             cells = [c.cell(row[i]) for row in self.rows]
             longest = max((cell_len(line) for text in cells for line in text.splitlines() or [""]), default=0)
             natural[i] = max(cell_len(c.title), longest, 1)
+            word[i] = max((cell_len(w) for text in [c.title, *cells] for w in text.split()), default=1)
 
         def least(i: int) -> int:
             c = self.columns[i]
             if c.fit == "keep":
                 return natural[i]
-            # A header word is never split; a column needs no more than its longest cell.
-            return min(natural[i], max(c.min_width, *(cell_len(w) for w in c.title.split())))
+            # No word is split (one of more than MAX_WORD characters may be); a column needs no
+            # more than its longest cell.
+            return min(natural[i], max(c.min_width, min(word[i], MAX_WORD)))
 
         def frame(n: int) -> int:
             return FRAME_PER_COLUMN * n + FRAME_FIXED
@@ -220,6 +224,11 @@ class Listing:
                 give = min(lack, max(spare, 0) // (len(lacking) - n))
                 widths[i] += give
                 spare -= give
+            # Still too wide with nothing left to drop: the widest column gives the rest (folded).
+            over = sum(widths.values()) - room
+            if over > 0:
+                widest = max(shown, key=lambda i: widths[i])
+                widths[widest] = max(widths[widest] - over, 1)
         return shown, [widths[i] for i in shown]
 
     def table(self, width: int) -> TerminalTable:
@@ -234,8 +243,10 @@ class Listing:
                               caption_justify="left")
         for i, w in zip(shown, widths):
             c = self.columns[i]
-            table.add_column(c.title, width=w, justify=c.justify, no_wrap=c.fit != "wrap",
-                             overflow="fold" if c.fit == "wrap" else "crop")
+            # A kept column squeezed by a terminal too narrow for it folds rather than loses text.
+            folds = c.fit == "wrap" or (c.fit == "keep" and any(cell_len(c.cell(row[i])) > w for row in self.rows))
+            table.add_column(c.title, width=w, justify=c.justify, no_wrap=not folds,
+                             overflow="fold" if folds else "crop")
         for row in self.rows:
             cells = []
             for i, w in zip(shown, widths):

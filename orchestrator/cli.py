@@ -75,11 +75,11 @@ def suite_list(spec_path: Path, fmt: str | None) -> None:
     """The scenarios of SPEC with their stable ids."""
     spec = load_spec(spec_path)
     Listing(f"suite {spec.name}: {len(spec.scenarios())} scenario(s)", (
-        Column("id"), Column("label", fit="wrap", min_width=16), Column("trace", fit="cut", min_width=12, drop=3),
+        Column("id"), Column("label"), Column("trace", fit="cut", min_width=12, drop=3),
         Column("page", fit="cut", min_width=10, drop=2), Column("condition", fit="wrap", min_width=16, drop=4),
-        Column("seed", drop=1), Column("schemes"), Column("repetitions", "reps")),
+        Column("seed", drop=1), Column("schemes", fit="wrap", min_width=12), Column("repetitions", "reps")),
         [(s.id, s.label, s.trace, s.page, s.condition.model_dump(mode="json", exclude={"name"}, exclude_defaults=True),
-          s.seed, list(s.schemes), s.repetitions) for s in spec.scenarios()]).render(fmt, _console())
+          s.seed, list(s.schemes), s.repetitions) for s in spec.scenarios()]).render(fmt)
 
 
 @suite.command("run")
@@ -164,7 +164,7 @@ def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: 
     Listing(f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})",
             [Column(col.replace(" ", "_"), col, fit="cut" if col == "scenarios" else "wrap", min_width=12,
                     drop=1 if col == "scenarios" else 0) for col in columns],
-            [list(r) for r in rows]).render(fmt, _console())
+            [list(r) for r in rows]).render(fmt)
 
 
 @suite.command("decompose")
@@ -242,13 +242,13 @@ def results_query(suite_ref: str | None, scenario: str | None, sweep: str | None
         # The terminal's columns: what tells loads apart and what they measured; the rest drops
         # first when it is narrow (csv and json have every column).
         listing = Listing(f"{len(rows)} load(s)", (
-            Column("label", "scenario", fit="wrap", min_width=16), Column("scheme"), Column("repetition", "rep"),
+            Column("label", "scenario"), Column("scheme"), Column("repetition", "rep"),
             Column("ok"), Column("plt_ms", "PLT ms", justify="right"), Column("suite", drop=4),
             Column("sweep", fit="cut", min_width=10, drop=5), Column("bytes_total", "bytes", justify="right", drop=3),
             Column("protocol", drop=2), Column("error", fit="cut", min_width=12, drop=1)),
             [(r.label, r.scheme, r.repetition, r.ok, r.plt_ms, r.suite, r.sweep, r.bytes_total, r.protocol, r.error or "")
              for r in rows])
-        listing.render(fmt, _console() if fmt == "table" else None)
+        listing.render(fmt)
 
 
 @results.command("import")

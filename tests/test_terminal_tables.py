@@ -224,3 +224,14 @@ def test_no_help_text_shows_a_doubled_percent_sign() -> None:
     assert len(texts) > 40 and "clawbed replay" in texts and "clawbed runs show" in texts
     assert "wired link, % (needs" in " ".join(texts["clawbed replay"].split())
     assert not [name for name, text in texts.items() if "%%" in text]
+
+
+def test_a_wrapping_column_splits_no_word_and_a_too_wide_kept_one_folds_within_80() -> None:
+    schemes = Listing("s", (Column("id"), Column("label"), Column("schemes", fit="wrap", min_width=12),
+                            Column("reps")),
+                      [("98dfb527a0f2", "synth:idle-cell/image-2mb/wireline/s1", "claw, cubic, claw-nodetect", 20)])
+    lines = rendered(schemes.table(WIDTH))
+    assert any(line.split()[-1:] == ["claw-nodetect"] for line in lines), lines
+    wide = Listing("w", (Column("id"), Column("label"), Column("reps")), [("4f9aa38c539b", "x" * 90, 20)])
+    lines = rendered(wide.table(WIDTH))
+    assert all(len(line) <= WIDTH for line in lines) and "".join(lines).count("x") == 90
