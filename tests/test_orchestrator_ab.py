@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -170,23 +171,33 @@ def test_baseline_from_another_machine_warns_or_is_refused(tmp_path: Path) -> No
 # -- the real thing -----------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def head() -> Iterator[str]:
+    """HEAD's commit, resolved once (other commits may land while the tests run); its build
+    under <state>/ab is removed afterwards unless it was there before (660 MB a tree)."""
+    commit = ab.git("rev-parse", "HEAD")
+    cached = (ab.ab_root() / commit[:12] / "built.json").is_file()
+    yield commit
+    if not cached:
+        ab.remove_tree(commit)
+
+
 def _regress(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(CLAWBED), "regress", *args], capture_output=True, text=True, cwd=cwd, timeout=1800)
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_ab_unchanged_passes_and_a_10ms_slowdown_fails(tmp_path: Path) -> None:
+def test_ab_unchanged_passes_and_a_10ms_slowdown_fails(tmp_path: Path, head: str) -> None:
     """``--against HEAD --candidate HEAD``: the same code on both sides passes; the candidate's
     loads 10 ms slower in the core (``--inject-delay-ms 10``) fail. Sixteen rounds each."""
     spec = _spec(tmp_path, "same", reps=16)
-    common = ["--against", "HEAD", "--candidate", "HEAD", "--no-determinism", "--runs-dir", str(tmp_path / "runs"),
+    common = ["--against", head, "--candidate", head, "--no-determinism", "--runs-dir", str(tmp_path / "runs"),
               "--store", str(tmp_path / "store.sqlite")]
     same = _regress(str(spec), *common, "--sweep", "same", "--junit", str(tmp_path / "same.xml"), cwd=tmp_path)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "all 1 check(s) passed" in same.stderr
     result = json.loads((tmp_path / "runs" / "ab-same" / "same" / "ab.json").read_text())
-    head = ab.git("rev-parse", "HEAD")
     assert result["base"]["commit"] == result["candidate"]["commit"] == head
     (c,) = result["comparisons"]
     assert c["method"] == "paired" and c["verdict"] == "ok" and c["n_current"] >= 14, c
@@ -205,11 +216,11 @@ def test_ab_unchanged_passes_and_a_10ms_slowdown_fails(tmp_path: Path) -> None:
     assert c["verdict"] == "regression" and c["ratio"] > 1.05 and result["candidate"]["inject_delay_ms"] == 10, c
 
 
-def _model_change_commit(tmp_path: Path) -> str:
-    """A commit on HEAD whose cell model reports RSRQ 0.5 dB higher (a changed constant of the
+def _model_change_commit(tmp_path: Path, head: str) -> str:
+    """A commit on ``head`` whose cell model reports RSRQ 0.5 dB higher (a changed constant of the
     cell's Eq. 6), made in a temporary worktree that is removed again; its id."""
     tree = tmp_path / "changed"
-    ab.git("worktree", "add", "--detach", str(tree), "HEAD")
+    ab.git("worktree", "add", "--detach", str(tree), head)
     try:
         source = tree / "emulator" / "cell" / "src" / "rsrq.rs"
         text = source.read_text()
@@ -225,15 +236,15 @@ def _model_change_commit(tmp_path: Path) -> str:
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_determinism_same_build_passes_a_cell_model_change_fails(tmp_path: Path) -> None:
-    common = ["--determinism-only", "--against", "HEAD", "--runs-dir", str(tmp_path / "runs")]
-    same = _regress(*common, "--candidate", "HEAD", "--sweep", "same", cwd=tmp_path)
+def test_determinism_same_build_passes_a_cell_model_change_fails(tmp_path: Path, head: str) -> None:
+    common = ["--determinism-only", "--against", head, "--runs-dir", str(tmp_path / "runs")]
+    same = _regress(*common, "--candidate", head, "--sweep", "same", cwd=tmp_path)
     assert same.returncode == 0, same.stdout + same.stderr
     result = json.loads((tmp_path / "runs" / "determinism" / "same" / "ab.json").read_text())["determinism"]
     assert result["ok"] and [d["scenario"] for d in result["differences"]] == ["idle", "flow"]
     assert result["differences"][1]["schedule_diff"] <= determinism.SCHEDULE_TOLERANCE
 
-    changed = _model_change_commit(tmp_path)
+    changed = _model_change_commit(tmp_path, head)
     try:
         diff = _regress(*common, "--candidate", changed, "--sweep", "changed", cwd=tmp_path)
         assert diff.returncode == 1, diff.stdout + diff.stderr
