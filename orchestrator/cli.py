@@ -160,10 +160,14 @@ def suite_report(spec_path: Path, sweep: str, store_path: Path | None, airtime: 
         at = columns.index("scenarios")  # a pattern: shown as code
         click.echo(markdown_table(columns, [(*r[:at], f"`{r[at]}`", *r[at + 1:]) for r in rows]), nl=False)
         return
-    # Prose columns wrap at words; the scenario pattern is cut first in a narrow terminal.
+    # Figures wrap at words; in a narrow terminal the scenario pattern leaves first, then the
+    # paper's quotes and the ground truth, each too long to share 80 columns (csv has them).
+    fits = {"figure": Column("figure"), "scenarios": Column("scenarios", fit="cut", drop=1),
+            "metric": Column("metric", fit="wrap", min_width=14), "paper": Column("paper", fit="wrap", min_width=8),
+            "testbed": Column("testbed", fit="wrap", min_width=10), "n": Column("n", fit="wrap", min_width=6),
+            "note": Column("note", fit="wrap", min_width=30, drop=2)}
     Listing(f"{spec.name}: the paper's numbers next to the testbed's (sweep {sweep})",
-            [Column(col.replace(" ", "_"), col, fit="cut" if col == "scenarios" else "wrap", min_width=12,
-                    drop=1 if col == "scenarios" else 0) for col in columns],
+            [fits.get(col) or Column(col.replace(" ", "_"), col, fit="wrap", min_width=24, drop=3) for col in columns],
             [list(r) for r in rows]).render(fmt)
 
 
