@@ -82,6 +82,9 @@ RECORDER_META = "clawbed.replay.recorder"
 @click.option("--reserve-cpu/--no-reserve-cpu", "reserve_cpu", default=None,
               help="run the emulator's clock and writer on a CPU of their own, the run's other processes on the "
                    "rest (default: with 4 CPUs or more; on fewer the rest are starved, see replay/cpus.py)")
+@click.option("--loader-off-cell-cpu", is_flag=True,
+              help="pin the emulator's cell thread to the last CPU and keep the loader (the browser) off it, the "
+                   "rest anywhere: fewer late subframes on 2-3 CPUs, the browser on fewer CPUs (replay/cpus.py)")
 @click.option("--late-rule", type=click.Choice(tuple(LATE_RULES)), default=DEFAULT_LATE_RULE, show_default=True,
               help="which loads count as late (rerun, or flagged): " + "; ".join(
                   f"{r.name}: {r.help}" for r in LATE_RULES.values()) + " (docs/timing.md)")
@@ -95,7 +98,8 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
            wired_reorder_pct: float, seed: int, name: str | None, output_root: Path | None, load_timeout_s: float,
            cross_traffic: tuple[str, ...], other_ues: str | None, align_trace: bool, inject_delay_ms: float,
            rerun_late: bool, capture_server: bool, idle_before_s: float, keep_connections: bool,
-           reserve_cpu: bool | None, late_rule: str, trace_sched: bool, **kwargs: Any) -> None:
+           reserve_cpu: bool | None, late_rule: str, trace_sched: bool, loader_off_cell_cpu: bool,
+           **kwargs: Any) -> None:
     """Load PAGE RUNS times per scheme over the cell of TRACE, the schemes interleaved (A B A B …).
 
     Every load is appended to the run directory as it ends (results.jsonl/.csv and its time
@@ -113,7 +117,7 @@ def replay(trace: Path, page: str, schemes: str, runs: int, http_version: str, l
         inject_delay_ms=inject_delay_ms, rerun_late=rerun_late,
         capture_server=capture_server, idle_before_s=idle_before_s,
         keep_connections=keep_connections, reserve_emulator_cpu=reserve_cpu, late_rule=late_rule,
-        trace_sched=trace_sched, **shared)
+        trace_sched=trace_sched, loader_off_cell_cpu=loader_off_cell_cpu, **shared)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=False)

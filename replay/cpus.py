@@ -20,6 +20,15 @@ and 3 % with no reservation): the scheme that sends in bursts waits for a busier
 between schemes is worse than a late clock, which is at least flagged and re-run, so the
 reservation is automatic only with :data:`AUTO_MIN_CPUS` or more (three left to the rest)
 and otherwise asked for (``--reserve-cpu``).
+
+A lighter placement for fewer CPUs (``--loader-off-cell-cpu``, :class:`LoaderSplit`): only the
+cell thread is pinned, to the last CPU, and only the loader — the browser and everything it
+starts — is kept off that CPU; nginx, the schemes' agents and clients and the emulator's other
+threads run anywhere. A scheduler trace of a Chromium replay on 2 vCPUs (docs/timing.md) found
+the browser's threads holding the cell thread's CPU in kernel mode in the slips it traced; the
+browser is the one process of a run with that much kernel work (page faults, unmaps). What it
+costs: the browser gets one CPU of two, so its PLT may rise; nice levels were not used, as a
+lower weight does not make kernel work reach a preemption point sooner.
 """
 
 from __future__ import annotations
@@ -56,6 +65,51 @@ def plan_cpus(allowed: set[int] | frozenset[int], reserve: bool | None = None) -
         return None
     ordered = sorted(allowed)
     return CpuPlan(emulator=(ordered[-1],), others=tuple(ordered[:-1]))
+
+
+@dataclass(frozen=True)
+class LoaderSplit:
+    """The cell thread on ``cell``, the loader (and the browsers it starts) on ``loader``."""
+
+    cell: tuple[int, ...]
+    loader: tuple[int, ...]
+
+    def emulator_affinity(self) -> dict[str, list[int]]:
+        """The emulator config's ``affinity`` keys: the subframe clock only."""
+        return {"cell": list(self.cell)}
+
+    def describe(self) -> dict[str, list[int]]:
+        return {"cell_cpus": list(self.cell), "loader_cpus": list(self.loader)}
+
+
+def plan_loader_split(allowed: set[int] | frozenset[int], wanted: bool) -> LoaderSplit | None:
+    """The highest allowed CPU for the cell thread, the rest for the loader; None when not
+    wanted or with fewer than two CPUs."""
+    if not wanted or len(allowed) < 2:
+        return None
+    ordered = sorted(allowed)
+    return LoaderSplit(cell=(ordered[-1],), loader=tuple(ordered[:-1]))
+
+
+class ChildrenPlaced(contextlib.AbstractContextManager["ChildrenPlaced"]):
+    """The calling thread on ``cpus`` while open, so the processes it starts meanwhile inherit
+    that set (and their children theirs); the thread's own set put back on exit."""
+
+    def __init__(self, cpus: tuple[int, ...] | None) -> None:
+        self.cpus = set(cpus) if cpus else None
+        self._saved: set[int] | None = None
+
+    def __enter__(self) -> ChildrenPlaced:
+        if self.cpus is not None:
+            self._saved = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, self.cpus)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._saved is not None:
+            os.sched_setaffinity(0, self._saved)
+            self._saved = None
 
 
 def allowed_cpus() -> set[int]:

@@ -237,6 +237,10 @@ class ReplayConfig:
     #: on the rest (``replay/cpus.py``: why, and what it costs): True with two CPUs or more,
     #: None (auto) with :data:`cpus.AUTO_MIN_CPUS` or more, False never.
     reserve_emulator_cpu: bool | None = None
+    #: The cell thread pinned to the last CPU and the loader (the browser) kept off it, the
+    #: rest anywhere (``replay/cpus.py``, :class:`cpus.LoaderSplit`); with a reservation, the
+    #: reservation's placement holds instead.
+    loader_off_cell_cpu: bool = False
     #: nginx compresses text responses on the fly (gzip; off: the bytes on the wire are the files').
     gzip: bool = False
     #: HTTP/1.1 connections per host the loader opens (Chromium's are fixed at 6).
@@ -534,6 +538,8 @@ class Replay:
         self._flow_retrans: dict[str, int] = {}
         #: The run's namespaces and TUNs by role, once made (the manifest's ``made``).
         self._roles: dict[str, dict[str, str]] = {}
+        #: The CPUs the loader's processes start on (``loader_off_cell_cpu``); None: any.
+        self._loader_cpus: tuple[int, ...] | None = None
 
     def _warn_unfaithful(self) -> None:
         """A setting the trace makes unfaithful: a Mahimahi import encodes lost capacity as other
@@ -587,7 +593,10 @@ class Replay:
         if cpu_plan is not None:
             # First, so everything the run starts inherits the set, and last to be undone.
             res.enter_context(cpus.ProcessConfined(cpu_plan.others))
-        self.run_dir.write_manifest(cpus=cpu_plan.describe() if cpu_plan else None)
+        split = None if cpu_plan is not None else cpus.plan_loader_split(cpus.allowed_cpus(), cfg.loader_off_cell_cpu)
+        #: Where the loader's processes go (the browsers inherit it): None, anywhere.
+        self._loader_cpus = split.loader if split is not None else None
+        self.run_dir.write_manifest(cpus=cpu_plan.describe() if cpu_plan else split.describe() if split else None)
         topo = Topology(res, n_ues=1 + len(cfg.other_ues))
         ue = topo.ues[0]
         server_ns, server_device, server_address = topo.core.ns, topo.core.tun, topo.server_address
@@ -611,6 +620,8 @@ class Replay:
         emu_fields = _emulator_fields(cfg, core_rtt_ms)
         if cpu_plan is not None:
             emu_fields["affinity"] = cpu_plan.emulator_affinity()
+        elif split is not None:
+            emu_fields["affinity"] = split.emulator_affinity()
         # Only the replay's UE has its feed written to files: the other UEs' clients read
         # theirs live, their ground truth is in truth.cbcol, and 44 files at ~1 MB/s each
         # would take the emulator's diag thread a whole core (Fig 19's cell).
@@ -655,7 +666,8 @@ class Replay:
                                             loader_args=(["--keep-connections"] if cfg.keep_connections else [])
                                             + ["--http1-connections", str(cfg.h1_connections_per_host)])
         res.callback(self._loader.close)
-        self._loader.start()
+        with cpus.ChildrenPlaced(self._loader_cpus):
+            self._loader.start()
         diag = DiagTail(emu.diag_path(0))
         endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
         client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
@@ -694,11 +706,13 @@ class Replay:
                 flow_rows = self._keep_flows(record, load_dir)
                 series_done = time.monotonic()
                 lateness = self._judge_timing(record, timing)
+                judged = time.monotonic()
                 if sched is not None and attribution is not None:
                     self._attribute_lateness(record, load_dir, lateness, sched, attribution)
+                    record.overhead_ms["sched_trace"] = round((time.monotonic() - judged) * 1000, 1)
                 done = time.monotonic()
                 record.overhead_ms.update(series=round((series_done - mark) * 1000, 1),
-                                          timing=round((done - series_done) * 1000, 1),
+                                          timing=round((judged - series_done) * 1000, 1),
                                           total=round((done - began) * 1000 - (record.plt_ms or 0.0), 1))
                 record.late_reruns = late_reruns
                 action = late_action(record.timing_ok, rerun_late=cfg.rerun_late, reruns=late_reruns,
@@ -887,7 +901,8 @@ class Replay:
                 sched_on = True
             record.t_start_unix_s = time.time()
             assert self._loader is not None
-            result = self._loader.load(url, cfg.load_timeout_s)
+            with cpus.ChildrenPlaced(self._loader_cpus):  # a worker started again is placed too
+                result = self._loader.load(url, cfg.load_timeout_s)
             record.t_end_unix_s = time.time()
             if sched is not None:
                 sched.stop()
@@ -971,10 +986,15 @@ class Replay:
                                       scheme=record.scheme, message=f"load {record.load}: its scheduler trace was "
                                                                     f"not attributed: {type(e).__name__}: {e}"))
             return
-        lost = f", {summary['events_lost']:,} events lost (buffer full)" if summary["events_lost"] else ""
-        self.on_event(ReplayEvent("note", len(self.config.plan()), message=(
-            f"load {record.load} sched: {summary['slips']} slip(s), {summary['late_ms']:.1f} ms: "
-            f"{schedtrace.one_line(summary['causes'])}{lost}")))
+        if summary["events_lost"]:
+            self.on_event(ReplayEvent("warning", len(self.config.plan()), record=record, load=record.load,
+                                      scheme=record.scheme, message=(
+                                          f"load {record.load}: the scheduler trace lost {summary['events_lost']:,} "
+                                          f"events (its buffer, {sched.buffer_kb} KiB a CPU, was full): slips "
+                                          f"after that are 'not traced'")))
+        line = (f"load {record.load} sched: {summary['slips']} slip(s), {summary['late_ms']:.1f} ms: "
+                f"{schedtrace.one_line(summary['causes'], 2)}")
+        self.on_event(ReplayEvent("note", len(self.config.plan()), message=line[:78]))
 
     def _keep_series(self, record: LoadRecord, load_dir: Path, rows: list[dict[str, Any]], diag: DiagTail,
                      truth_path: Path, origin_unix_s: float, client_log: Path | None,

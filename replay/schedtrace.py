@@ -349,11 +349,11 @@ def _split(timeline: Timeline, cpu: int, a: float, b: float, base: str | None) -
         rest_ms = (e - s - covered) * 1000.0
         if rest_ms <= 0:
             continue
-        if base is not None:
-            pieces.append(Piece(base, rest_ms))
-            continue
         task = timeline.running(cpu, (s + e) / 2)
-        if task is None:
+        if base is not None:
+            # With the task the CPU ran meanwhile: a late wake-up while it idled was the host's.
+            pieces.append(Piece(base, rest_ms, *(task or ("", None))))
+        elif task is None:
             pieces.append(Piece(NOT_TRACED, rest_ms))
         else:
             comm, pid = task
@@ -436,16 +436,22 @@ def shares(slips: Iterable[SlipCauses]) -> list[dict[str, Any]]:
 
 
 def slip_json(s: SlipCauses) -> dict[str, Any]:
-    return {**{k: v for k, v in asdict(s).items() if k != "pieces"},
-            "pieces": [{k: v for k, v in asdict(p).items() if v not in ("", None)} for p in s.pieces]}
+    """A slip as JSON, its pieces merged by cause and task (µs precision), largest first."""
+    merged: dict[tuple[str, str, int | None], float] = {}
+    for p in s.pieces:
+        key = (p.cause, p.comm, p.pid)
+        merged[key] = merged.get(key, 0.0) + p.ms
+    pieces = [{"cause": cause, "ms": round(ms, 3), **({"comm": comm, "pid": pid} if comm else {})}
+              for (cause, comm, pid), ms in sorted(merged.items(), key=lambda kv: -kv[1])]
+    return {**{k: v for k, v in asdict(s).items() if k != "pieces"}, "pieces": pieces}
 
 
-def render_lines(rows: list[dict[str, Any]], title: str, width: int = 80, limit: int = 12) -> list[str]:
-    """The causes as a plain table of at most ``width`` columns."""
-    lines = [title[:width], f"{'cause':<34} {'late ms':>10} {'share':>7} {'led':>5}  top task"[:width]]
+def render_lines(rows: list[dict[str, Any]], title: str, width: int = 78, limit: int = 12) -> list[str]:
+    """The causes as a plain table of at most ``width`` columns (78: printed indented by two)."""
+    lines = [title[:width], f"{'cause':<32} {'late ms':>9} {'share':>6} {'led':>4}  top task"[:width]]
     for row in rows[:limit]:
         top = row["tasks"][0]["task"] if row["tasks"] else ""
-        line = f"{row['cause'][:34]:<34} {row['ms']:>10.2f} {row['share_pct']:>6.1f}% {row['slips_led']:>5}  {top}"
+        line = f"{row['cause'][:32]:<32} {row['ms']:>9.2f} {row['share_pct']:>5.1f}% {row['slips_led']:>4}  {top}"
         lines.append(line[:width])
     if len(rows) > limit:
         lines.append(f"… and {len(rows) - limit} more cause(s) in the JSON"[:width])
@@ -641,5 +647,5 @@ class LoadAttribution:
             {"slips": len(self._all), "late_ms": round(sum(s.late_ms for s in self._all), 3), "causes": rows,
              "loads": self.loads}, indent=1) + "\n")
         late_ms = sum(s.late_ms for s in self._all)
-        return render_lines(rows, f"who held the cell clock: {len(self._all)} slip(s) of >= 0.5 ms, "
+        return render_lines(rows, f"who held the cell clock: {len(self._all)} slip(s) >= 0.5 ms, "
                                   f"{late_ms:.1f} ms late in all")

@@ -137,7 +137,7 @@ def test_shares_sum_the_late_time_by_cause() -> None:
     nginx = next(r for r in rows if r["cause"] == "nginx")
     assert nginx["slips_led"] == 1 and nginx["tasks"] == [{"task": "nginx:80", "ms": 0.6}]
     lines = st.render_lines(rows, "title")
-    assert all(len(line) <= 80 for line in lines) and "stopped (SIGSTOP)" in lines[2]
+    assert all(len(line) <= 78 for line in lines) and "stopped (SIGSTOP)" in lines[2]
     assert st.one_line(rows, 2).startswith("stopped (SIGSTOP) 40 %, not traced 24 %")
 
 
@@ -196,3 +196,16 @@ def test_a_replay_with_trace_sched_attributes_its_stall_and_leaves_no_instance(t
     assert {"kind": "trace-instance", "name": instance.name, "path": str(instance)} in ledger
     print(f"attributed: {load['slips']} slip(s), worst {worst['late_ms']} ms: "
           + ", ".join(f"{k} {v:.2f} ms" for k, v in by.items()) + f"; events {load['events']}")
+
+
+def test_cleanup_removes_a_killed_runs_trace_instance(tmp_path: Path) -> None:
+    from clawbed.netns import Ledger, cleanup_from_ledger
+    instance = tmp_path / "instances" / "cbabcd"
+    instance.mkdir(parents=True)
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    # Not a tracefs there: the mount entry is left alone; the instance directory goes.
+    ledger.record("tracefs", str(tmp_path), path=str(tmp_path))
+    ledger.record("trace-instance", instance.name, path=str(instance))
+    assert cleanup_from_ledger(ledger.path) == [f"trace instance {instance}"]
+    assert not instance.exists() and tmp_path.exists()
+    assert cleanup_from_ledger(ledger.path) == []  # a second time: nothing left
