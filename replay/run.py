@@ -120,9 +120,17 @@ TRUTH_CSV_COLUMNS = ("t_unix_s", *CELL_TRUTH_COLUMNS, *UE_TRUTH_COLUMNS)
 #: ``promoting``, ``connected``), the DRX state, and 1 while its link was stalled. Empty in a
 #: file of an emulator without them.
 RADIO_TRUTH_COLUMNS = ("rrc", "drx", "stalled")
+#: The scripted events (``events``, emulator/events.py) as UE 0 and the cell met them, after
+#: those: 1 while a scripted outage was in force, UE 0's capacity scale, packets scripted
+#: drops took, RBs a burst of other users took. Empty in a file of an emulator without them.
+EVENT_TRUTH_COLUMNS = ("scripted_outage", "capacity_factor", "event_drops", "burst_rbs")
+#: Where each of those comes from in the emulator's truth.
+_EVENT_TRUTH_SOURCES = {"scripted_outage": "ues[0].scripted_outage", "capacity_factor": "ues[0].capacity_factor",
+                        "event_drops": "ues[0].event_drops", "burst_rbs": "burst_rbs"}
 #: The truth file's columns a load's truth.csv is cut from (UE 0's and the cell's).
 _TRUTH_READ = frozenset(("t_ms", *CELL_TRUTH_COLUMNS,
-                         *(f"ues[0].{name}" for name in (*UE_TRUTH_COLUMNS, *RADIO_TRUTH_COLUMNS))))
+                         *(f"ues[0].{name}" for name in (*UE_TRUTH_COLUMNS, *RADIO_TRUTH_COLUMNS)),
+                         *_EVENT_TRUTH_SOURCES.values()))
 #: Longest wait before a load (``idle_before_s``), s.
 MAX_IDLE_BEFORE_S = 3600.0
 #: How long background traffic runs before the first load, s: long enough for bulk flows to
@@ -443,6 +451,11 @@ def _truth_rows(truth_path: Path, origin_unix_s: float, t0: float, t1: float,
     for name in RADIO_TRUTH_COLUMNS:
         try:
             columns.append(truth.ue(0, name)[keep])
+        except KeyError:
+            columns.append(np.full(int(keep.sum()), "", dtype=object))
+    for name in EVENT_TRUTH_COLUMNS:
+        try:
+            columns.append(truth[_EVENT_TRUTH_SOURCES[name]][keep])
         except KeyError:
             columns.append(np.full(int(keep.sum()), "", dtype=object))
     return [list(row) for row in zip(*(c.tolist() for c in columns))]
@@ -1018,7 +1031,7 @@ class Replay:
         t0, t1 = record.t_start_unix_s, record.t_end_unix_s
         if t0 is None or t1 is None:
             return
-        write_csv(load_dir / "truth.csv", (*TRUTH_CSV_COLUMNS, *RADIO_TRUTH_COLUMNS),
+        write_csv(load_dir / "truth.csv", (*TRUTH_CSV_COLUMNS, *RADIO_TRUTH_COLUMNS, *EVENT_TRUTH_COLUMNS),
                   _truth_rows(truth_path, origin_unix_s, t0, t1, flush))
         write_zstd_lines(load_dir / "diag.jsonl.zst", diag.take(t0, t1))
         if client_log is not None and client_log.exists():

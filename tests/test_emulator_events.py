@@ -16,6 +16,7 @@ shared machine is not what these tests judge).
 
 from __future__ import annotations
 
+import csv
 import json
 import socket
 import struct
@@ -336,6 +337,14 @@ def test_in_a_replay_at_ms_is_ms_into_each_load(tmp_path: Path) -> None:
     for r in records:
         load_ms = r["t_start_unix_s"] * 1000 - origin_ms
         assert any(0 <= load_ms - (s - at_ms) <= 1000 for s in starts), (load_ms, starts)
+    # Each load's truth.csv has the outage, at_ms after the seek that preceded the load.
+    for r in records:
+        with (run_dir / r["load_dir"] / "truth.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        outage = np.array([int(row["scripted_outage"]) for row in rows])
+        assert outage.sum() == length_ms and at_ms - 100 <= int(np.flatnonzero(outage)[0]) <= at_ms, \
+            (r["load_dir"], outage.sum(), np.flatnonzero(outage)[:1])
+        assert {row["capacity_factor"] for row in rows} == {"1.0"} and {row["burst_rbs"] for row in rows} == {"0"}
     print(f"outages at {starts} ms; loads at {[round(r['t_start_unix_s'] * 1000 - origin_ms) for r in records]} ms; "
           f"{seeks} seeks, {tally['armings']} armings")
 
