@@ -158,7 +158,7 @@ class Listing:
 
     title: str
     columns: Sequence[Column]
-    rows: list[Sequence[Any]] = field(default_factory=list)
+    rows: Sequence[Sequence[Any]] = field(default_factory=list)
     caption: str | None = None
 
     def dicts(self) -> list[dict[str, Any]]:
