@@ -290,8 +290,12 @@ def test_a_replay_reports_each_flow_per_load_and_leaves_nothing(clawbed_cli: Pat
     assert "flow flow0-bulk (scheme=reno, rmem=65536, drwa=False): " in proc.stderr, proc.stderr[-2000:]
     assert "flow flow1-poisson (scheme=cubic" in proc.stderr and "fetches done" in proc.stderr
     assert [b["name"] for b in manifest["background"]] == ["flow0-bulk", "flow1-poisson"]
-    # DRWA ran for the Poisson flow only (the page has no --drwa): none of the page's ACKs lowered.
+    # DRWA ran for the Poisson flow only (the page has no --drwa): every window it computed was
+    # for a connection on that flow's port, none for the page's or the bulk flow's.
     assert manifest["drwa"]["controller_errors"] == 0
+    drwa_rows = (run_dir / "drwa.csv").read_text().splitlines()
+    assert drwa_rows[0].split(",")[2] == "ue_port"
+    assert {int(row.split(",")[2]) for row in drwa_rows[1:]} <= {UE_FLOW_BASE_PORT + 1}, drwa_rows[:5]
     # Nothing of the run is left: its namespaces, processes and DRWA's bpffs.
     ledger = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     namespaces = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
