@@ -373,6 +373,16 @@ def judge(record: LoadRecord, lateness: Lateness, rule: str = DEFAULT_LATE_RULE)
     record.timing_ok = LATE_RULES[rule].timing_ok(lateness)
 
 
+def timing_ok_by(record: LoadRecord, rule: str) -> bool | None:
+    """What ``rule`` says of a load already judged (by any rule), from its record's figures:
+    how a run's loads read under the other rule (``make bench``'s first-attempt share)."""
+    if record.subframe_late_max_ms is None and record.delivery_err_max_ms is None:
+        return None
+    lateness = Lateness(record.subframe_late_max_ms, record.subframe_late_p999_ms, record.delivery_err_max_ms,
+                        record.delivery_err_p999_ms, stall_ms=record.subframe_stall_ms)
+    return LATE_RULES[rule].timing_ok(lateness)
+
+
 class LateAction(enum.Enum):
     """What the replay does with a load once its timing is judged."""
 

@@ -81,3 +81,11 @@ def test_every_rule_is_registered_once_and_a_bad_one_is_refused() -> None:
                           late_rule="lenient")
     with pytest.raises(InputError, match="--late-rule 'lenient': one of strict, evidence"):
         config.check()
+
+
+def test_a_judged_load_reads_again_under_the_other_rule() -> None:
+    record = LoadRecord(load=0, round=0, scheme="cubic")
+    judge(record, _lateness([1.3]), "strict")
+    assert record.timing_ok is False
+    assert lateness.timing_ok_by(record, "evidence") is True and lateness.timing_ok_by(record, "strict") is False
+    assert lateness.timing_ok_by(LoadRecord(load=1, round=0, scheme="cubic"), "evidence") is None
