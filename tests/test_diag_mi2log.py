@@ -36,7 +36,7 @@ from clawbed.emulator.process import EmulatedCell
 from clawbed.emulator.traffic import UdpSink, send_udp_command
 from clawbed.emulator.truth import Truth, read_truth
 from clawbed.netns import socket_in_namespace
-from clawbed.traces.diaglog import read_log
+from clawbed.traces.diaglog import channelfit, read_log
 from clawbed.traces.diaglog.emufeed import Mi2logStream, encode_feed_message
 from clawbed.traces.diaglog.importer import import_mobileinsight
 
@@ -236,15 +236,23 @@ def test_round_trip_through_the_importer_gives_the_records_and_the_truth(run: Ru
         else (np.nan_to_num(crc.astype(np.float64), nan=1.0) == 0) & ~retx
     assert (c["harq_fail"].astype(bool) == failed_first).all()
     assert failed_first.any() and (alloc > 0).sum() > 0.05 * n
-    # MCS of every scheduled subframe is its block's (the diag record's).
+    # MCS of every scheduled subframe with a link-adapted block (new transmission, ≥ 1,000
+    # bits) is its block's (the diag record's), marked measured; the other subframes' MCS is
+    # inferred from the diag feed's measurements (channelfit) and marked so.
     records = [json.loads(line) for line in run.json_lines if line.startswith(b'{"type_id":"LTE_PHY_PDSCH')]
     block_mcs = np.array([r["Records"][0]["Transport Blocks"][0]["MCS"] if r["Records"][0]["Transport Blocks"]
                           else -1 for r in records])
     scheduled = block_mcs >= 0
-    assert (c["mcs"][scheduled] == block_mcs[scheduled]).all()
-    # A first transmission's MCS is the channel's (the truth's).
-    first = scheduled & ~retx
+    measured = scheduled & (block_mcs <= 28) & (tbs >= channelfit.MIN_FIT_TBS_BITS)
+    assert ((c["mcs_source"] == channelfit.MEASURED) == measured).all()
+    assert (c["mcs"][measured] == block_mcs[measured]).all()
+    assert (c["mcs_source"][~measured] == channelfit.INFERRED).all()
+    # A first transmission's MCS is the channel's (the truth's); where inferred, it follows the
+    # truth's channel to within a CQI step on average.
+    first = measured & ~retx
     assert (c["mcs"][first] == truth.ue(0, "mcs")[first]).all()
+    inferred_error = float(np.abs(c["mcs"][~measured].astype(np.int64) - truth.ue(0, "mcs")[~measured]).mean())
+    assert inferred_error <= 2.0, inferred_error
     # RSRQ: the reported value (quantised to 1/16 dB by the cell too), every subframe.
     reported = np.array([json.loads(line)["Subpackets"][0]["RSRQ"] for line in run.json_lines
                          if line.startswith(b'{"type_id":"LTE_PHY_Serv')])
@@ -253,4 +261,5 @@ def test_round_trip_through_the_importer_gives_the_records_and_the_truth(run: Ru
     _figures(run, scheduled_subframes=int((alloc > 0).sum()), first_tx_crc_failures=int(failed_first.sum()),
              retransmissions=int(retx.sum()), tbs_bits_total=int(tbs.sum()),
              other_rbs_estimate_mean_abs_error=float(np.abs(c["other_rbs"] - other).mean()),
-             other_rbs_truth_mean=float(other.mean()), other_rbs_estimate_mean=float(c["other_rbs"].mean()))
+             other_rbs_truth_mean=float(other.mean()), other_rbs_estimate_mean=float(c["other_rbs"].mean()),
+             inferred_mcs_mean_abs_error=inferred_error)
