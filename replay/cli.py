@@ -53,7 +53,8 @@ RECORDER_META = "clawbed.replay.recorder"
 @click.option("--seed", type=int, default=1, show_default=True, help="seed of the cell model and the page")
 @click.option("--name", help="run directory name under the runs folder (default: the start time)")
 @click.option("--runs-dir", "output_root", type=click.Path(path_type=Path), default=None,
-              help="folder of run directories (default: $CLAWBED_RUNS or <repo>/runs)")
+              help="folder of run directories (default: $CLAWBED_RUNS or <repo>/runs); its results.sqlite "
+                   "records each load as it ends (clawbed runs, clawbed results query replay)")
 @click.option("--load-timeout-s", type=float, default=60.0, show_default=True,
               help="a load taking longer fails")
 @click.option("--cross-traffic", "cross_traffic", multiple=True, metavar="bulk:N|onoff:N",
