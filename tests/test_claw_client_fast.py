@@ -155,10 +155,11 @@ def test_fast_client_equals_reference_on_an_emulator_feed(tmp_path: Path) -> Non
     assert counters["feedback"] > 20 and counters["verdicts"] > 0
 
 
-def test_the_cli_runs_the_fast_client_live(tmp_path: Path) -> None:
-    """``python -m clawbed.claw.client`` (fast by default) on a feed served on loopback: its
-    estimates and its reports (but their seq, which starts from the clock) are the
-    reference's over the same feed."""
+@pytest.mark.parametrize("impl", ["default", "reference"])
+def test_the_cli_runs_either_client_live(tmp_path: Path, impl: str) -> None:
+    """``python -m clawbed.claw.client`` (the fast client by default, or the reference) on a
+    feed served on loopback: its estimates and its reports (but their seq, which starts from
+    the clock) are the reference's offline over the same feed."""
     key_file = tmp_path / "key"
     key_file.write_bytes(KEY)
     lines = synthetic_feed()[:5000]
@@ -172,6 +173,8 @@ def test_the_cli_runs_the_fast_client_live(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "clawbed.claw.client", "--ue-id", "4", "--server",
             f"127.0.0.1:{agent.getsockname()[1]}", "--key-file", str(key_file), "--diag-port",
             str(server.getsockname()[1]), "--idle-timeout-ms", "300", "--log", str(log)]
+    if impl != "default":
+        argv += ["--client-impl", impl]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     received = []
     try:
