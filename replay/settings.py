@@ -369,11 +369,11 @@ register(Setting("feed_timing", "how the UEs' diag feeds (what CLAW's client rea
                  check=_feed_timing, default="phone", metavar="phone|ideal", part="ue"))
 register(Setting("drwa", "DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)",
                  check=_switch, default=False, kind="switch", part="ue"))
-register(Setting("flows", "a background flow on the replay's own UE, sharing its base-station queue with the page "
+register(Setting("flows", "a background flow on UE 0 (the replay's own), sharing its base-station queue with the page "
                           "(repeatable): bulk, onoff (bytes, off_ms) or poisson (rate_per_s, bytes: one size or "
                           "several as 10000/1MB; sigma), each with its own scheme and window (rmem: its socket's "
                           "receive buffer; drwa), e.g. poisson:rate_per_s=2,bytes=100000,rmem=262144 (replay/flows.py)",
-                 check=_flows, parse=_flow, kind="list", metavar="KIND[:KEY=VALUE,...]", part="ue", emu=False))
+                 check=_flows, parse=_flow, kind="list", metavar="KIND[:KEY=VALUE,...]", part="ue"))
 register(Setting("gzip", "nginx compresses text responses (HTML, CSS, JS, JSON, SVG) with gzip on the fly "
                          "(default off: the bytes on the wire are the files'; not for a recorded site)",
                  check=_switch, default=False, kind="switch", part="server", emu=False))
@@ -490,7 +490,8 @@ def describe(values: Mapping[str, Any]) -> str:
 
 def _text(value: Any) -> str:
     if isinstance(value, Mapping):
-        rest = ",".join(f"{k}={v}" for k, v in value.items() if k != "kind")
+        rest = ",".join(f"{k}={'/'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items()
+                        if k != "kind" and v is not None and v is not False)
         return f"{value.get('kind', '')}:{rest}" if "kind" in value else rest
     return str(value)
 

@@ -20,7 +20,9 @@ from clawbed.emulator.process import Emulator
 from clawbed.emulator.topology import CellTopology
 from clawbed.errors import InputError
 from clawbed.netns import Resources
+from clawbed.orchestrator.network.crosstraffic import ue_flow_from
 from clawbed.replay import drwa, rmem, settings
+from clawbed.replay.flows import FlowSet
 from clawbed.tcpstack import server_overrides, set_both_ends
 from clawbed.traces.inputs import ACCEPTED, as_trace
 from clawbed.traces.io import read_trace
@@ -118,7 +120,8 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
         topo, emulator = emulated.topo, emulated.emulator
         ue = topo.ues[0]
         hosts = hosts_from_settings(emulated.res, topo, emulator, out_dir, scheme, shared,
-                                    trace=traces[0] if mode == "cell" and traces else None)
+                                    trace=traces[0] if mode == "cell" and traces else None, seed=seed)
+        flows_t0 = time.time()
         env = dict(os.environ, CLAWBED_SERVER=str(topo.server_address), CLAWBED_CORE_NETNS=topo.core.name,
                    CLAWBED_UE_ADDRESS=str(ue.address), CLAWBED_UE_NETNS=ue.name,
                    CLAWBED_DIAG_PORT=str(emulator.diag_port(0)), CLAWBED_EMU_OUT=str(out_dir),
@@ -146,6 +149,9 @@ def run(traces: tuple[Path, ...], n_ues: int, mode: str | None, mahimahi_traces:
         except KeyboardInterrupt:
             interrupted = True
             proc.close()
+        if hosts.flows.flows:  # their figures over the command's span, into flows.json / flows.csv
+            for line in hosts.flows.finish(out_dir, flows_t0, time.time()):
+                click.echo(f"clawbed emu: {line}", err=True)
         counters = emulated.stop()
     _report(out_dir, n_ues, counters, interrupted)
     if interrupted:
@@ -199,10 +205,12 @@ class HostSettings:
     ue_rmem: str
     #: One line per end: what its TCP stack setting set (clawbed/tcpstack.py).
     stacks: list[str]
+    #: UE 0's background flows (replay/flows.py), running; none without ``--flow``.
+    flows: FlowSet
 
 
 def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, out_dir: Path, scheme_name: str,
-                        shared: dict[str, Any], trace: Path | None) -> HostSettings:
+                        shared: dict[str, Any], trace: Path | None, seed: int = 1) -> HostSettings:
     """Set up the scheme on the core namespace (its congestion control the namespace's default,
     the server sysctls) and on every UE (its client), the UEs' receive buffers and DRWA, as a
     replay does; everything made goes on ``res`` and is removed with the run."""
@@ -219,12 +227,13 @@ def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, 
     scheme.setup(ctx)
     scheme.start_clients(ctx)
     cap = rmem.resolve(shared.get("ue_rmem"))
+    flows = FlowSet([ue_flow_from(f) for f in shared.get("flows") or []], seed)
     for u in topo.ues:
         if cap is not None:
             cap.apply(u.ns)
         else:
             u.ns.sysctl("net.ipv4.tcp_rmem", " ".join(str(v) for v in rmem.UNCAPPED))
-        if shared.get("drwa"):
+        if shared.get("drwa") and not (u.index == 0 and flows.flows):  # UE 0's with its flows, below
             controller = drwa.Drwa(netns=u.ns.name, dev=u.tun, run_id=f"{res.run_id}{u.index}", run_dir=out_dir,
                                    ledger=res.ledger, log_path=out_dir / f"drwa-ue{u.index}.csv")
             res.callback(controller.close)
@@ -235,8 +244,12 @@ def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, 
                             ue_offloads=shared.get("ue_offloads"), server_sysctls=shared.get("server_sysctls"))
     for one in applied:
         res.callback(one.restore)
+    # UE 0's background flows, after its stack is set; one DRWA controller for the UE picks the
+    # flows that ask for it (and, with --drwa, every other connection).
+    if flows.flows:
+        flows.start_with_drwa(res, topo, out_dir, page=bool(shared.get("drwa")))
     (out_dir / "tcp-stacks.json").write_text(json.dumps([a.describe() for a in applied], indent=1) + "\n")
-    return HostSettings(server_cc=scheme.server_cc, stacks=[a.summary() for a in applied],
+    return HostSettings(server_cc=scheme.server_cc, stacks=[a.summary() for a in applied], flows=flows,
                         ue_rmem=" ".join(str(v) for v in (cap.tcp_rmem if cap is not None else rmem.UNCAPPED)))
 
 

@@ -307,3 +307,22 @@ def test_a_replay_reports_each_flow_per_load_and_leaves_nothing(clawbed_cli: Pat
             assert not stat.exists() or stat.read_text().split()[2] == "Z", entry
     assert str(run_dir) not in Path("/proc/mounts").read_text()
     print("\n".join(manifest["flows_summary"]))
+
+
+@pytest.mark.root
+def test_emu_run_starts_flows_on_ue0_and_reports_them(tmp_path: Path, clawbed_cli: Path) -> None:
+    """`emu run --flow` as a replay's --flow: the flows run beside the command on UE 0 and their
+    figures land in the output directory."""
+    import csv
+
+    out = tmp_path / "emu"
+    result = subprocess.run([str(clawbed_cli), "emu", "run", "--rate", "12mbit", "--flow", "bulk",
+                             "--flow", "poisson:rate_per_s=2,bytes=100000", "--seconds", "5", "--out", str(out),
+                             "--", "sleep", "30"], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, CLAWBED_RUNS=str(tmp_path / "runs")))
+    assert result.returncode == 0, result.stderr
+    with (out / "flows.csv").open() as f:
+        rows = {r["flow"]: r for r in csv.DictReader(f)}
+    assert float(rows["flow0-bulk"]["mbit_s"]) > 5  # the bulk flow had most of 12 Mbit/s
+    assert int(rows["flow1-poisson"]["fetches_done"]) >= 1
+    assert "flow1-poisson" in result.stderr and "fetches done" in result.stderr
