@@ -448,6 +448,10 @@ class EmulatorConfig(_Model):
             self.__dict__["events"] = check_events(self.events, len(self.ues))
         except EventError as e:
             raise _FieldError(e.key, e.problem) from None
+        for i, event in enumerate(self.events):
+            if event["kind"] == "burst" and self.mode != Mode.CELL:
+                raise _FieldError(f"events[{i}].kind", "a burst of other users needs mode cell (an open-loop link "
+                                                       "has no cell to share)")
         return self
 
     @classmethod

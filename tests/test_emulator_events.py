@@ -93,6 +93,8 @@ def test_errors_name_the_event_and_key() -> None:
     with pytest.raises(ConfigError, match=r"config field `events\[1\]\.share`: must be a number"):
         EmulatorConfig.build(**config, events=[{"kind": "drop", "at_ms": 5},
                                                {"kind": "burst", "at_ms": 0, "ms": 5, "share": "most"}])
+    with pytest.raises(ConfigError, match=r"config field `events\[0\]\.kind`: a burst of other users needs mode cell"):
+        EmulatorConfig.build(**config, events=[parse_event("burst:at_ms=0,ms=5,share=0.5")])
     built = EmulatorConfig.build(**config, events=[parse_event("capacity:at_ms=0,factor=2")])
     assert built.to_json()["events"] == [{"kind": "capacity", "at_ms": 0, "factor": 2.0}]
 

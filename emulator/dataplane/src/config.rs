@@ -894,7 +894,7 @@ fn validate(file: FileConfig) -> Result<Config> {
     }
     file.diag.phone.validate().map_err(|(field, problem)| Error::config(format!("diag.phone.{field}"), problem))?;
     file.cell.validate().map_err(|e| Error::config(format!("cell.{}", e.field), e.problem))?;
-    check_events(&file.events, file.ues.len())?;
+    check_events(&file.events, file.ues.len(), mode)?;
 
     let Some(core) = &file.core else {
         return Err(Error::config("core.netns", "the core namespace must be given (core.netns or --core-netns)"));
@@ -1030,9 +1030,9 @@ fn validate(file: FileConfig) -> Result<Config> {
     })
 }
 
-/// Checks the scripted events: each one's kind and parameters, its UE among the `n_ues`;
-/// errors name `events[i].<key>`.
-fn check_events(events: &[PolicyChoice], n_ues: usize) -> Result<()> {
+/// Checks the scripted events: each one's kind and parameters, its UE among the `n_ues`, a
+/// burst only in mode cell; errors name `events[i].<key>`.
+fn check_events(events: &[PolicyChoice], n_ues: usize, mode: Mode) -> Result<()> {
     if events.len() > cell::events::MAX_EVENTS {
         return Err(Error::config(
             "events",
@@ -1044,6 +1044,12 @@ fn check_events(events: &[PolicyChoice], n_ues: usize) -> Result<()> {
             cell::events::check(event).map_err(|e| Error::config(format!("events[{i}].{}", e.field), e.problem))?;
         if let Some(ue) = params.integer("ue").filter(|&ue| ue >= n_ues as u64) {
             return Err(Error::config(format!("events[{i}].ue"), format!("UE {ue} is not one of the {n_ues} UEs")));
+        }
+        if event.kind == "burst" && mode != Mode::Cell {
+            return Err(Error::config(
+                format!("events[{i}].kind"),
+                "a burst of other users needs mode cell (an open-loop link has no cell to share)",
+            ));
         }
     }
     Ok(())
@@ -1210,10 +1216,10 @@ mod tests {
     fn events_from_flags_and_file_are_checked_naming_the_key() {
         let base = ["--rate", "1mbit", "--core-netns", "cbxcore", "--ue-netns", "cbxue0", "--ue-netns", "cbxue1"];
         let with = |extra: &[&str]| Config::load(&cli(&[&base[..], extra].concat()));
-        let c = with(&["--event", "drop:in_flight_bytes=300000", "--event", "burst:at_ms=1000,ms=2000,share=0.6"])
+        let c = with(&["--event", "drop:in_flight_bytes=300000", "--event", "capacity:at_ms=1000,ms=2000,factor=0.6"])
             .expect("valid");
         assert_eq!(c.events.len(), 2);
-        assert_eq!(c.events[1].kind, "burst");
+        assert_eq!(c.events[1].kind, "capacity");
         for (flag, needle) in [
             ("outage:at_ms=3000", "ms: an outage event needs it"),
             ("capacity:at_ms=1,factor=0.5,ms=1,x=2", "x: unknown parameter"),
@@ -1227,6 +1233,9 @@ mod tests {
         }
         let e = with(&["--event", "outage:ue=2,at_ms=1,ms=1"]).expect_err("UE 2 of 2");
         assert!(e.to_string().contains("events[0].ue"), "{e}");
+        let e = with(&["--event", "outage:at_ms=1,ms=1", "--event", "burst:at_ms=1,ms=1,share=0.5"])
+            .expect_err("no cell to share in mode rate");
+        assert!(e.to_string().contains("events[1].kind") && e.to_string().contains("mode cell"), "{e}");
         let e = Config::from_text(
             r#"{"mode": "rate", "core": {"netns": "cbxcore"}, "ues": [{"netns": "cbxue0", "rate": "1mbit"}],
                 "events": [{"kind": "outage", "at_ms": 1, "ms": 5}, {"kind": "outage", "at_ms": -3, "ms": 5},
