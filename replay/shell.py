@@ -70,7 +70,7 @@ def emu() -> None:
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True),
               help="Stop everything after this many seconds. Default: when the command exits.")
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=1, show_default=True, help="Seed of the cell model.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("-o", "--output", "--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Output directory. Default: <runs>/emu-<run id>.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @settings.options("emu")

@@ -158,7 +158,7 @@ def test_ctrl_c_mid_run_keeps_finished_loads_and_leaves_nothing(clawbed_cli: Pat
     (["--trace", "/nonexistent/trace.cbt"], "--trace /nonexistent/trace.cbt: no such file"),
     (["--page", "no-such-page"], "unknown page 'no-such-page'"),
     (["--loader", "curl"], "'--loader'"),
-    (["--bs-buffer", "lots"], "--bs-buffer 'lots'"),
+    (["--bs-buffer", "lots"], "Invalid value for '--bs-buffer': 'lots' is not a size"),
     (["--wireline-rate", "20mbps"], "--wireline-rate"),
 ])
 def test_bad_arguments_are_refused_before_anything_is_made(clawbed_cli: Path, tmp_path: Path, args: list[str],
