@@ -291,3 +291,21 @@ def test_the_command_lines_light_limits_match_their_sources() -> None:
     done = subprocess.run([sys.executable, "-c", "import sys, clawbed.claw.client.cli, clawbed.claw.client.marking; "
                            "print('numpy' in sys.modules)"], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_cost_bench_plays_a_feed_to_each_client(tmp_path: Path) -> None:
+    """``make bench``'s clients-per-core machinery on a short feed: every client, each its own
+    process and connection, takes the whole feed at the 1 ms pace (no figure is judged here:
+    speed belongs to the bench)."""
+    from clawbed.claw.client.bench import client_cost
+
+    feed = tmp_path / "feed.jsonl"
+    feed.write_bytes(b"".join(line + b"\n" for line in synthetic_feed()[:5000]))  # ~1 s of subframes
+    result = client_cost(feed, tmp_path / "cost", 2, 1)
+    assert result["subframes"] > 900 and result["seconds"] > 0.5
+    assert result["fast"]["clients"] == 2 and result["reference"]["clients"] == 1
+    assert result["fast"]["cpu_percent_mean"] >= 0 and result["serve"]["subframes"] == result["subframes"]
+    logs = sorted((tmp_path / "cost").glob("client-*.csv"))
+    assert len(logs) == 3
+    texts = [log.read_text() for log in logs]
+    assert seq_from_zero(texts[0]) == seq_from_zero(texts[1]) == seq_from_zero(texts[2])  # fast twice, reference

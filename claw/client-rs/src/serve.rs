@@ -26,6 +26,12 @@ pub struct ServeArgs {
     accept_timeout_s: f64,
 }
 
+/// Whether a line is a PDSCH message (its type comes first, however the JSON is spaced).
+fn starts_subframe(line: &[u8]) -> bool {
+    const NAME: &[u8] = b"\"LTE_PHY_PDSCH_Stat_Indication\"";
+    line[..line.len().min(64)].windows(NAME.len()).any(|w| w == NAME)
+}
+
 /// The feed's lines grouped by subframe (each group ends with a newline).
 fn subframes(text: &[u8]) -> Vec<&[u8]> {
     let mut groups = Vec::new();
@@ -33,7 +39,7 @@ fn subframes(text: &[u8]) -> Vec<&[u8]> {
     let mut at = 0;
     while at < text.len() {
         let end = text[at..].iter().position(|&b| b == b'\n').map_or(text.len(), |p| at + p + 1);
-        if text[at..].starts_with(b"{\"type_id\":\"LTE_PHY_PDSCH_Stat_Indication\"") && at > start {
+        if at > start && starts_subframe(&text[at..end]) {
             groups.push(&text[start..at]);
             start = at;
         }
@@ -100,7 +106,7 @@ mod tests {
 
     #[test]
     fn groups_start_at_each_pdsch_line() {
-        let text = b"{\"type_id\":\"LTE_PHY_PDSCH_Stat_Indication\",\"a\":1}\n{\"type_id\":\"X\"}\n{\"type_id\":\"LTE_PHY_PDSCH_Stat_Indication\"}\n{\"type_id\":\"Y\"}";
+        let text = b"{\"type_id\":\"LTE_PHY_PDSCH_Stat_Indication\",\"a\":1}\n{\"type_id\":\"X\"}\n{\"type_id\": \"LTE_PHY_PDSCH_Stat_Indication\"}\n{\"type_id\":\"Y\"}";
         let g = subframes(text);
         assert_eq!(g.len(), 2);
         assert!(g[0].ends_with(b"{\"type_id\":\"X\"}\n"));
