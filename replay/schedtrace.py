@@ -12,7 +12,8 @@ How: the run gets a tracefs instance of its own, ``/sys/kernel/tracing/instances
 (tracefs is mounted there first if it is not; both are in the run's ledger and undone on exit,
 error and Ctrl-C, and by ``clawbed cleanup``), with ``trace_clock`` ``mono`` (the emulator's
 clock) and these events: ``sched_switch`` and the ``irq``/``softirq`` entries and exits on every
-CPU, ``sched_wakeup``/``sched_wakeup_new`` of the cell thread only. It records during each
+CPU, x86's interrupt vectors where the kernel has them (``local_timer`` …), and of the cell
+thread only ``sched_wakeup``/``sched_wakeup_new``, its system calls and page faults. It records during each
 load's loader span only and is read after the load (nothing parses while the page loads).
 
 Attribution (:func:`attribute`): a slip of the cell clock (``replay.lateness.Slip``: the
@@ -20,7 +21,8 @@ subframe at boundary B ran L late) is the interval [B, B + L]. It is cut where t
 thread's state changed, and each piece goes to a cause:
 
 * the thread **running**: its own work (the previous subframe's tick outlasted the
-  millisecond), less the interrupt and softirq time on its CPU meanwhile;
+  millisecond), less the interrupt and softirq time on its CPU meanwhile, split by the system
+  calls it was in (its own ``raw_syscalls`` events; page faults counted);
 * **runnable** (woken, not yet on a CPU): whatever ran on the CPU it then ran on — a task by
   comm and PID, grouped (:data:`GROUPS`: chromium, nginx, the CLAW client, ksoftirqd, kworker,
   the emulator's other threads, python…) — or the interrupt and softirq time on that CPU;
@@ -60,6 +62,16 @@ EVENTS_CELL = ("sched/sched_wakeup", "sched/sched_wakeup_new")
 #: other CPUs' calls), recorded where the kernel has them.
 VECTORS = ("local_timer", "reschedule", "call_function", "call_function_single", "irq_work")
 EVENTS_OPTIONAL = tuple(f"irq_vectors/{v}_{end}" for v in VECTORS for end in ("entry", "exit"))
+#: The cell thread's own system calls and page faults (filtered to it): what its own work was
+#: doing in the kernel.
+EVENTS_CELL_KERNEL = ("raw_syscalls/sys_enter", "raw_syscalls/sys_exit", "exceptions/page_fault_user",
+                      "exceptions/page_fault_kernel")
+#: x86-64 system call numbers the cell thread may make, by name (others show as ``NR n``).
+SYSCALL_NAMES = {0: "read", 1: "write", 7: "poll", 9: "mmap", 10: "mprotect", 11: "munmap", 12: "brk",
+                 13: "rt_sigaction", 14: "rt_sigprocmask", 15: "rt_sigreturn", 24: "sched_yield", 25: "mremap",
+                 28: "madvise", 39: "getpid", 82: "rename", 87: "unlink", 186: "gettid", 202: "futex",
+                 228: "clock_gettime", 230: "clock_nanosleep", 232: "epoll_wait", 257: "openat", 3: "close",
+                 219: "restart_syscall", 262: "newfstatat", 281: "epoll_pwait", 290: "eventfd2"}
 #: Ring buffer per CPU, KiB: about 20 s of a Chromium load's switches and interrupts on 2 CPUs;
 #: a load that fills it says so (``events_lost``) and is attributed as far as it was traced.
 BUFFER_KB = 32768
@@ -118,7 +130,8 @@ class Event:
     cpu: int
     #: ``switch``, ``wakeup``, ``irq_entry``, ``irq_exit``, ``softirq_entry``, ``softirq_exit``.
     kind: str
-    #: switch: the task leaving and its state, the task coming; wakeup: the task woken.
+    #: switch: the task leaving and its state, the task coming; wakeup: the task woken; the
+    #: cell thread's ``sys_enter``/``sys_exit`` (label: the call's name) and ``fault``.
     prev_comm: str = ""
     prev_pid: int = 0
     prev_state: str = ""
@@ -166,6 +179,13 @@ def parse_trace(lines: Iterable[str], where: str = "trace") -> Iterator[Event]:
                 raise SchedTraceError(f"{where}:{number}: an {event} whose fields do not read: {payload!r}")
             label = f"irq {i['n']}" + (f" {i['name']}" if i["name"] else "")
             yield Event(ts, cpu, "irq_entry" if event.endswith("entry") else "irq_exit", label=label)
+        elif event in ("sys_enter", "sys_exit"):
+            nr = payload.split()[1] if payload.startswith("NR ") and len(payload.split()) > 1 else ""
+            if not nr.lstrip("-").isdigit():
+                raise SchedTraceError(f"{where}:{number}: a {event} whose fields do not read: {payload!r}")
+            yield Event(ts, cpu, event, label=SYSCALL_NAMES.get(int(nr), f"NR {nr}"))
+        elif event in ("page_fault_user", "page_fault_kernel"):
+            yield Event(ts, cpu, "fault", label=event)
         elif event.rsplit("_", 1)[0] in VECTORS and event.endswith(("_entry", "_exit")):
             vector, _, end = event.rpartition("_")
             yield Event(ts, cpu, f"irq_{end}", label=vector)
@@ -206,6 +226,8 @@ class SlipCauses:
     #: When the trace saw the thread start to run after its boundary, less when the truth says
     #: it ran, ms: how well the trace lines up with the emulator's clock (None: it was running).
     switch_in_error_ms: float | None = None
+    #: Page faults the cell thread took during the slip.
+    page_faults: int = 0
 
     def main_cause(self) -> str:
         by = by_cause(self.pieces)
@@ -232,6 +254,10 @@ class Timeline:
         self.kernel_pieces: dict[int, list[tuple[float, float, str]]] = {}
         #: The cell thread's (ts, what, cpu, prev_state): what in {"in", "out", "wake"}.
         self.cell: list[tuple[float, str, int, str]] = []
+        #: The cell thread's system calls (start, end, name) and page faults (times).
+        self.syscalls: list[tuple[float, float, str]] = []
+        self.faults: list[float] = []
+        entered: tuple[float, str] | None = None
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         stacks: dict[int, list[tuple[str, float]]] = {}
@@ -251,9 +277,18 @@ class Timeline:
             elif e.kind == "wakeup":
                 if e.next_pid == cell_tid:
                     self.cell.append((e.ts, "wake", e.cpu, ""))
+            elif e.kind == "sys_enter":
+                entered = (e.ts, e.label)
+            elif e.kind == "sys_exit":
+                if entered is not None:
+                    self.syscalls.append((entered[0], e.ts, entered[1]))
+                entered = None
+            elif e.kind == "fault":
+                self.faults.append(e.ts)
             else:
                 self._kernel_event(e, stacks)
         self._cell_times = [c[0] for c in self.cell]
+        self._syscall_starts = [c[0] for c in self.syscalls]
         self._kernel_starts = {cpu: [p[0] for p in pieces] for cpu, pieces in self.kernel_pieces.items()}
 
     def _kernel_event(self, e: Event, stacks: dict[int, list[tuple[str, float]]]) -> None:
@@ -314,6 +349,19 @@ class Timeline:
             return "runnable", cpu
         return _after_out(prev_state), cpu
 
+    def syscalls_within(self, a: float, b: float) -> list[tuple[float, float, str]]:
+        """The cell thread's system calls clipped to [a, b]."""
+        out = []
+        start = max(0, bisect_right(self._syscall_starts, a) - 1)
+        for s, e, name in self.syscalls[start:bisect_right(self._syscall_starts, b)]:
+            s, e = max(s, a), min(e, b)
+            if e > s:
+                out.append((s, e, name))
+        return out
+
+    def faults_within(self, a: float, b: float) -> int:
+        return bisect_right(self.faults, b) - bisect_right(self.faults, a)
+
     def cell_changes(self, a: float, b: float) -> list[tuple[float, str, int, str]]:
         return self.cell[bisect_right(self._cell_times, a):bisect_right(self._cell_times, b)]
 
@@ -363,6 +411,21 @@ def _split(timeline: Timeline, cpu: int, a: float, b: float, base: str | None) -
     return pieces
 
 
+def _own_work(timeline: Timeline, cpu: int, a: float, b: float) -> list[Piece]:
+    """The cell thread's own time in [a, b]: inside each of its system calls (``cb-cell own
+    work: futex``) and outside them (its user code, and page faults), less interrupt time."""
+    pieces: list[Piece] = []
+    at = a
+    for s, e, name in timeline.syscalls_within(a, b):
+        if s > at:
+            pieces += _split(timeline, cpu, at, s, OWN_WORK)
+        pieces += _split(timeline, cpu, s, e, f"{OWN_WORK}: {name}")
+        at = e
+    if b > at:
+        pieces += _split(timeline, cpu, at, b, OWN_WORK)
+    return pieces
+
+
 def attribute(timeline: Timeline, slips: Iterable[Slip], origin_mono_s: float) -> list[SlipCauses]:
     """Each slip's time by cause (see the module's description). ``origin_mono_s``: the
     monotonic time of the emulator's time zero (subframe 0's boundary), s."""
@@ -388,7 +451,7 @@ def attribute(timeline: Timeline, slips: Iterable[Slip], origin_mono_s: float) -
             if e <= s:
                 continue
             if state == "running" and cpu is not None:
-                result.pieces += _split(timeline, cpu, s, e, OWN_WORK)
+                result.pieces += _own_work(timeline, cpu, s, e)
             elif state == "stopped":
                 result.pieces.append(Piece(STOPPED, (e - s) * 1000.0))
             elif state == "runnable":
@@ -400,6 +463,7 @@ def attribute(timeline: Timeline, slips: Iterable[Slip], origin_mono_s: float) -
                 where = timeline.next_cell_cpu(s)
                 result.pieces += _split(timeline, where, s, e, WAKEUP_LATE) if where is not None else \
                     [Piece(WAKEUP_LATE, (e - s) * 1000.0)]
+        result.page_faults = timeline.faults_within(a, b)
         if result.state != "running":
             ran = next((c[0] for c in timeline.cell_changes(a, b + 0.05) if c[1] == "in"), None)
             result.switch_in_error_ms = None if ran is None else round((ran - b) * 1000.0, 3)
@@ -564,6 +628,10 @@ class SchedTrace:
         for event in EVENTS_CELL:
             self._write(f"events/{event}/filter", f"pid == {self.cell_tid}")
             self._write(f"events/{event}/enable", "1")
+        for event in EVENTS_CELL_KERNEL:
+            if (self.path / "events" / event).is_dir():
+                self._write(f"events/{event}/filter", f"common_pid == {self.cell_tid}")
+                self._write(f"events/{event}/enable", "1")
         for event in EVENTS_OPTIONAL:
             if (self.path / "events" / event).is_dir():
                 self._write(f"events/{event}/enable", "1")

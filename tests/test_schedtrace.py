@@ -33,6 +33,9 @@ prev_state=R ==> next_comm=cb-cell next_pid=19591 next_prio=89
          cb-diag-19737   [001] d.h1.  1360.084472: irq_handler_exit: irq=11 ret=handled
           <idle>-0       [001] d.h1.  1360.084473: local_timer_entry: vector=236
          cb-diag-19737   [001] ..s1.  1360.084476: softirq_exit: vec=3 [action=NET_RX]
+         cb-cell-19591   [001] .....  1360.084480: sys_enter: NR 202 (7f, 81, 1, 0, 0, 0)
+         cb-cell-19591   [001] .....  1360.084490: sys_exit: NR 202 = 1
+         cb-cell-19591   [001] d....  1360.084495: page_fault_user: address=0x7f ip=0x55 error_code=0x6
 CPU:1 [LOST 12 EVENTS]
 """
 
@@ -40,7 +43,8 @@ CPU:1 [LOST 12 EVENTS]
 def test_the_trace_text_is_read() -> None:
     events = list(st.parse_trace(TRACE_TEXT.splitlines()))
     assert [e.kind for e in events] == ["switch", "wakeup", "softirq_entry", "irq_entry", "irq_exit", "irq_entry",
-                                        "softirq_exit"]
+                                        "softirq_exit", "sys_enter", "sys_exit", "fault"]
+    assert events[7].label == "futex"
     switch, wakeup = events[0], events[1]
     assert (switch.ts, switch.cpu, switch.prev_comm, switch.prev_state, switch.next_comm, switch.next_pid) == \
         (1360.084443, 0, "pytest", "R", "cb-cell", 19591)
@@ -75,8 +79,8 @@ def made_up_events() -> list[st.Event]:
 
     * 1000 ms: asleep at the boundary; its timer fires 0.2 ms late, then chromium keeps the CPU
       (in the kernel) until 1002 ms, with a 0.3 ms NET_RX softirq inside: 2.0 ms late.
-    * 1011 ms: still running the last subframe's work until 1012.5 ms, a 0.1 ms local timer
-      interrupt inside: 1.5 ms late.
+    * 1011 ms: still running the last subframe's work until 1012.5 ms, 0.6 ms of it in a futex
+      call with a 0.1 ms local timer interrupt inside, then a page fault: 1.5 ms late.
     * 1021 ms: stopped (SIGSTOP) from 1020 ms to 1026 ms: 5 ms late.
     * 1030 ms: woken on time, nginx then a kworker hold CPU 1 for 0.6 and 0.4 ms.
     """
@@ -90,8 +94,11 @@ def made_up_events() -> list[st.Event]:
         switch(at(1002.1), 1, CELL_T, "S", CHROME),
         st.Event(at(1010.0), 1, "wakeup", next_comm="cb-cell", next_pid=CELL),
         switch(at(1010.0), 1, CHROME, "R+", CELL_T),
+        st.Event(at(1011.2), 1, "sys_enter", label="futex"),
         st.Event(at(1011.5), 1, "irq_entry", label="local_timer"),
         st.Event(at(1011.6), 1, "irq_exit", label="local_timer"),
+        st.Event(at(1011.8), 1, "sys_exit", label="futex"),
+        st.Event(at(1012.0), 1, "fault", label="page_fault_user"),
         switch(at(1012.5), 1, CELL_T, "S", CHROME),
         st.Event(at(1019.9), 1, "wakeup", next_comm="cb-cell", next_pid=CELL),
         switch(at(1019.9), 1, CHROME, "R+", CELL_T),
@@ -122,7 +129,8 @@ def test_each_slip_goes_to_who_held_the_cpu() -> None:
     assert woken_late.switch_in_error_ms == 0.0  # the trace's switch-in is where the truth put the run
     assert {p.comm for p in woken_late.pieces if p.cause == "chromium"} == {"chromium"}
     assert {p.pid for p in woken_late.pieces if p.cause == "chromium"} == {70}
-    assert own.state == "running" and causes(own) == {"cb-cell own work": 1.4, "irq:local_timer": 0.1}
+    assert own.state == "running" and own.page_faults == 1
+    assert causes(own) == {"cb-cell own work": 0.9, "cb-cell own work: futex": 0.5, "irq:local_timer": 0.1}
     assert stopped.state == "stopped" and causes(stopped) == {"stopped (SIGSTOP)": 5.0}
     assert causes(held) == {"nginx": 0.6, "kworker": 0.4} and held.main_cause() == "nginx"
     assert causes(untraced) == {"not traced": 3.0}  # after the trace's last event
