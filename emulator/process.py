@@ -281,7 +281,7 @@ class EmulatedCell:
     def __init__(self, n_ues: int, output_dir: Path | str, *, ue: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  run_id: str | None = None, binary: Path | None = None, ready_timeout_s: float = 15.0,
                  topology: Callable[[Resources, int], CellTopology] = CellTopology, **fields: Any) -> None:
-        """``topology`` makes the network (``orchestrator.network.Topology`` for one that can
+        """``topology`` makes the network (``replay.network.Topology`` for one that can
         also have a wired side); the other keywords are the emulator config's."""
         self.n_ues = n_ues
         self.output_dir = Path(output_dir).resolve()

@@ -4,7 +4,7 @@ Which module is which: this one makes the namespaces the emulated cell needs (th
 router with the core TUN, one UE host per UE with its TUN) and is the one entry point of a
 run's network, :class:`CellTopology`. Everything on the wired side of the core router —
 server hosts, cross-traffic hosts, the gateway and the wired bottleneck — is built with
-Mininet by :mod:`clawbed.orchestrator.network.topology`, whose ``Topology`` extends this
+Mininet by :mod:`clawbed.replay.network.topology`, whose ``Topology`` extends this
 class with ``add_server`` and ``add_cross_host`` (that package is the layer above this one).
 
 Layout (``<rid>`` is the run id of the :class:`~clawbed.netns.Resources` stack)::
@@ -17,7 +17,7 @@ Layout (``<rid>`` is the run id of the :class:`~clawbed.netns.Resources` stack):
     │ clients, CLAW client     │                            │ servers, CLAW server agent│
     └──────────────────────────┘                            └─────────────┬─────────────┘
                                                   the wired side (Mininet) │ Topology.add_server,
-                                                  clawbed.orchestrator.network │ add_cross_host
+                                                  clawbed.replay.network │ add_cross_host
 
 Choice: without a wired side, the servers run in the core namespace itself, on the core
 TUN's address. Every packet between a UE and a server then crosses the emulator and nothing

@@ -36,11 +36,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import RUN_ID_ALPHABET, RUN_ID_LENGTH
-from clawbed.orchestrator.network.crosstraffic import CrossTrafficSpec, OtherUeSpec
 from clawbed.orchestrator.spec import LoadedSpec, Scenario, materialize_trace
 from clawbed.orchestrator.store import DEFAULT_SWEEP, LoadRow, Store
 from clawbed.paths import runs_dir, state_dir
 from clawbed.replay import airtime
+from clawbed.replay.network.crosstraffic import CrossTrafficSpec, OtherUeSpec
 from clawbed.replay.records import LoadRecord
 from clawbed.replay.run import Replay, ReplayConfig, ReplayEvent
 

@@ -74,9 +74,9 @@ from pydantic import (
 from clawbed.claw.schemes import SCHEMES
 from clawbed.emulator.config import DEFAULT_SCHEDULER, parse_rate_bps
 from clawbed.errors import InputError
-from clawbed.orchestrator.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.paths import REPO_ROOT, shared_data, state_dir
 from clawbed.replay import pages, settings
+from clawbed.replay.network.crosstraffic import MAX_OTHER_UES, CrossTrafficSpec, OtherUeSpec
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, MAX_IDLE_BEFORE_S
 from clawbed.traces.inputs import as_trace, needs_import
 from clawbed.traces.synth import PRESETS

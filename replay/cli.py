@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from clawbed.claw.schemes.base import scheme_names
-from clawbed.orchestrator.network.crosstraffic import parse_cross_traffic, parse_other_ues
 from clawbed.paths import REPO_ROOT, runs_dir
 from clawbed.replay import pages, settings
 from clawbed.replay.lateness import DEFAULT_LATE_RULE, LATE_RULES
+from clawbed.replay.network.crosstraffic import parse_cross_traffic, parse_other_ues
 from clawbed.replay.report import plt_stats, stats_table, write_report
 from clawbed.replay.run import HTTP_VERSIONS, LOADERS, Replay, ReplayConfig, ReplayEvent, describe_lateness
 from clawbed.traces.inputs import ACCEPTED

@@ -2,7 +2,7 @@
 
 A replay (``flows`` in its config, ``--flow`` repeatable) or any other run of a cell can add
 flows on UE 0 beside the page: bulk, on/off or Poisson downloads from the core namespace
-(:class:`~clawbed.orchestrator.network.crosstraffic.UeFlow`, the sender and sink the other UEs'
+(:class:`~clawbed.replay.network.crosstraffic.UeFlow`, the sender and sink the other UEs'
 traffic uses), which share UE 0's base-station queue with the page. Each has its own scheme
 (the sender's congestion control, per socket) and its own window settings at the UE: a
 receive buffer (``rmem``: SO_RCVBUF on its sink) and DRWA (``drwa``). One DRWA controller
@@ -30,8 +30,8 @@ from typing import Any
 
 from clawbed.emulator.topology import CellTopology
 from clawbed.netns import Resources
-from clawbed.orchestrator.network.crosstraffic import UeFlow, UeFlowSpec, build_ue_flows
 from clawbed.replay import drwa
+from clawbed.replay.network.crosstraffic import UeFlow, UeFlowSpec, build_ue_flows
 from clawbed.replay.rundir import write_csv
 
 #: Columns of a load's ``flows.csv`` (and of the run's, after ``load``).

@@ -6,10 +6,10 @@ SIGTERM or an error removes exactly what was made, and every finished load stays
 1. the run directory and its manifest (config, versions, trace SHA-256, host facts);
 2. the topology (UE and core namespaces; with a wireline rate, the wired side built with
    Mininet: the server host behind a gateway whose link to the core is the TBF bottleneck,
-   ``orchestrator/network/topology.py``), the UE's sysctls (receive window), the emulator on the trace;
+   ``replay/network/topology.py``), the UE's sysctls (receive window), the emulator on the trace;
 3. the page, materialised into ``<run dir>/site``, served by nginx (TLS, h2 or HTTP/1.1) in
    the server namespace; the TCP sampler's netlink socket in that namespace;
-   then the background traffic, if any (``orchestrator/network/crosstraffic.py``: cross traffic
+   then the background traffic, if any (``replay/network/crosstraffic.py``: cross traffic
    through the wireline bottleneck, other UEs' downloads), warmed up for
    :data:`BACKGROUND_WARMUP_S` and described in the manifest;
 4. for each round, for each scheme (A B C A B C …), one load: with ``idle_before_s``, first a
@@ -49,16 +49,6 @@ from clawbed.emulator.process import BINARY, Emulator, EmulatorError
 from clawbed.emulator.truth import TruthFormatError, read_truth
 from clawbed.errors import ClawbedError, InputError
 from clawbed.netns import Resources, new_run_id
-from clawbed.orchestrator.network.crosstraffic import (
-    MAX_OTHER_UES,
-    Background,
-    CrossTrafficSpec,
-    OtherUeSpec,
-    SchemeSettings,
-    build_activities,
-    ue_flow_from,
-)
-from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.paths import runs_dir
 from clawbed.replay import cpus, drwa, loaders, mahimahi, pages, rmem, schedtrace, settings, webserver
 from clawbed.replay.capture import ServerCapture
@@ -77,6 +67,16 @@ from clawbed.replay.lateness import (
     steal_between,
 )
 from clawbed.replay.loaders.browser import CHROMIUM_HTTP1_CONNECTIONS
+from clawbed.replay.network.crosstraffic import (
+    MAX_OTHER_UES,
+    Background,
+    CrossTrafficSpec,
+    OtherUeSpec,
+    SchemeSettings,
+    build_activities,
+    ue_flow_from,
+)
+from clawbed.replay.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.replay.records import LoadRecord, load_retransmits
 from clawbed.replay.rundir import (
     RunDir,

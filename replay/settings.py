@@ -33,8 +33,8 @@ from clawbed.emulator.config import check_policy, parse_rate_bps
 from clawbed.emulator.events import EventError, check_event, parse_event
 from clawbed.emulator.policies import POLICIES, default_policy, policy_names
 from clawbed.errors import InputError
-from clawbed.orchestrator.network.crosstraffic import MAX_UE_FLOWS, parse_flow, ue_flow_from
 from clawbed.replay import rmem
+from clawbed.replay.network.crosstraffic import MAX_UE_FLOWS, parse_flow, ue_flow_from
 from clawbed.units import parse_size_bytes
 
 #: The diag feed's delivery timings (emulator/DIAG_FEED.md, "Feed timing").

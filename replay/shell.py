@@ -20,9 +20,9 @@ from clawbed.emulator.process import Emulator
 from clawbed.emulator.topology import CellTopology
 from clawbed.errors import InputError
 from clawbed.netns import Resources
-from clawbed.orchestrator.network.crosstraffic import ue_flow_from
 from clawbed.replay import drwa, rmem, settings
 from clawbed.replay.flows import FlowSet
+from clawbed.replay.network.crosstraffic import ue_flow_from
 from clawbed.tcpstack import server_overrides, set_both_ends
 from clawbed.traces.inputs import ACCEPTED, as_trace
 from clawbed.traces.io import read_trace

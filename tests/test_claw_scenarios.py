@@ -49,8 +49,8 @@ from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, Applied, FlowFlag, Fl
 from clawbed.emulator.process import BINARY, EmulatedCell
 from clawbed.emulator.truth import read_truth
 from clawbed.netns import Namespace, socket_in_namespace
-from clawbed.orchestrator.network import Shaping, Topology
 from clawbed.paths import REPO_ROOT
+from clawbed.replay.network import Shaping, Topology
 
 pytestmark = [
     pytest.mark.root,

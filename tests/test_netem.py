@@ -13,9 +13,9 @@ import pytest
 
 from clawbed.errors import InputError
 from clawbed.netns import Resources, new_run_id
-from clawbed.orchestrator.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.orchestrator.spec import Condition
 from clawbed.paths import REPO_ROOT
+from clawbed.replay.network.topology import Impairment, Shaping, Topology, probe_netem
 from clawbed.replay.run import ReplayConfig
 
 root = pytest.mark.root

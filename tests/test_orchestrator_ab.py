@@ -55,7 +55,7 @@ def _spec(tmp_path: Path, name: str, reps: int = 6) -> Path:
 
 def test_python_shim_maps_the_trees_package_dirs(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    for folder in ("clawbed", "replay", "orchestrator/network"):
+    for folder in ("clawbed", "replay", "orchestrator/fidelity"):
         (tree / folder).mkdir(parents=True)
         (tree / folder / "__init__.py").write_text("")
     (tree / "clawbed" / "paths.py").write_text("")
@@ -64,7 +64,7 @@ def test_python_shim_maps_the_trees_package_dirs(tmp_path: Path) -> None:
     ab._python_shim(tree, tmp_path / "py")
     pkg = tmp_path / "py" / "clawbed"
     assert (pkg / "replay").resolve() == tree / "replay"
-    assert (pkg / "orchestrator" / "network" / "__init__.py").resolve() == tree / "orchestrator" / "network" / "__init__.py"
+    assert (pkg / "orchestrator" / "fidelity" / "__init__.py").resolve() == tree / "orchestrator" / "fidelity" / "__init__.py"
     assert (pkg / "paths.py").resolve() == tree / "clawbed" / "paths.py"
     # Built again (a cached tree rebuilt), the same.
     ab._python_shim(tree, tmp_path / "py")

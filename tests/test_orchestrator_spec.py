@@ -260,8 +260,8 @@ def test_paper_quick_keeps_fig19_small() -> None:
 
 
 def test_other_ue_think_time_counts_in_the_id_only_when_set() -> None:
-    from clawbed.orchestrator.network.crosstraffic import PAGE_OFF_MS, OtherUePage, OtherUeSpec
     from clawbed.orchestrator.spec import scenario_id, scenario_settings
+    from clawbed.replay.network.crosstraffic import PAGE_OFF_MS, OtherUePage, OtherUeSpec
 
     def cond(**other: object) -> object:
         spec = parse_spec({"suite": "t", "matrix": {

@@ -1,4 +1,4 @@
-"""The wired side built with Mininet (``orchestrator/network/topology.py``): hosts, links, the shaped
+"""The wired side built with Mininet (``replay/network/topology.py``): hosts, links, the shaped
 bottleneck shared by servers and cross traffic, names, errors, and nothing left behind after
 a normal close, an error mid-build, SIGTERM or SIGKILL (needs root)."""
 
@@ -18,7 +18,7 @@ import pytest
 from pyroute2 import netns
 
 from clawbed.netns import IFNAME_MAX, ResourceError, Resources, cleanup_from_ledger, new_run_id
-from clawbed.orchestrator.network.topology import Shaping, Topology, WiredNet
+from clawbed.replay.network.topology import Shaping, Topology, WiredNet
 
 RATE = "10mbit"
 #: Sends 1 MiB to argv[1]:argv[2] and returns once the sink has read it all and closed.
@@ -120,7 +120,7 @@ def test_server_and_cross_traffic_cross_the_same_bottleneck(tmp_path: Path) -> N
         assert wired is not None
         port = 47_211
         # The on/off cross traffic's sink: reads each connection to its end, then closes it.
-        sink = res.process(net.core.command([sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink",
+        sink = res.process(net.core.command([sys.executable, "-m", "clawbed.replay.network.crosstraffic", "sink",
                                              "--address", str(wired.core_address), "--port", str(port)]),
                            name="sink")
         wait_listening(net.core.ns.run, port, sink)
@@ -177,7 +177,7 @@ def _child(rid: str, ledger: Path) -> str:
         import time
         from pathlib import Path
         from clawbed.netns import Resources
-        from clawbed.orchestrator.network.topology import Shaping, Topology
+        from clawbed.replay.network.topology import Shaping, Topology
         with Resources({rid!r}, Path({str(ledger)!r})) as res:
             net = Topology(res, n_ues=1)
             net.add_server(Shaping({RATE!r}))

@@ -1,5 +1,5 @@
 """Background flows on the replay's own UE (``replay/flows.py``, ``UeFlow`` in
-``orchestrator/network/crosstraffic.py``): bulk, on/off and Poisson downloads from the core
+``replay/network/crosstraffic.py``): bulk, on/off and Poisson downloads from the core
 namespace sharing UE 0's base-station queue, each with its own scheme, receive buffer and DRWA.
 
 - settings (no kernel): ``--flow`` / a spec's ``flows`` parsing and errors, the DRWA selector,
@@ -29,10 +29,10 @@ import yaml
 
 from clawbed.claw import bpfobjects
 from clawbed.errors import InputError
-from clawbed.orchestrator.network.crosstraffic import UE_FLOW_BASE_PORT, UeFlow, parse_flow, ue_flow_from
 from clawbed.paths import REPO_ROOT
 from clawbed.replay import drwa, rmem, settings
 from clawbed.replay.flows import FlowSet, flow_figures
+from clawbed.replay.network.crosstraffic import UE_FLOW_BASE_PORT, UeFlow, parse_flow, ue_flow_from
 
 BUSY_CELL = REPO_ROOT / "traces" / "samples" / "busy-cell.cbt"
 #: No transmission fails: only the queue and the windows shape the flows (see
@@ -173,7 +173,7 @@ def _flows_over_busy_cell(out: Path, specs: list[str], seconds: float, page_drwa
     loss, the UE's tcp_rmem uncapped as a replay's) for ``seconds``; every flow's figures over
     the time after the first second, and DRWA's per-flow windows when one ran."""
     from clawbed.emulator.process import EmulatedCell
-    from clawbed.orchestrator.network.topology import Topology
+    from clawbed.replay.network.topology import Topology
 
     out.mkdir(parents=True)
     flows = FlowSet([parse_flow(s) for s in specs], seed=1)

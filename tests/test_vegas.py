@@ -60,8 +60,8 @@ def test_vegas_is_one_scheme_file_with_no_part_on_the_ue() -> None:
 
 def test_specs_cross_traffic_and_other_ues_take_vegas(tmp_path: Path) -> None:
     """Everything that names schemes takes vegas from the registry, with no file of its own."""
-    from clawbed.orchestrator.network.crosstraffic import CrossTrafficSpec, parse_other_ues
     from clawbed.orchestrator.spec import load_spec
+    from clawbed.replay.network.crosstraffic import CrossTrafficSpec, parse_other_ues
 
     spec = {"suite": "v", "loader": "h2", "repetitions": 1, "seeds": [1],
             "matrix": {"traces": ["busy-cell"], "pages": ["set-01"], "schemes": ["vegas", "cubic"],

@@ -166,7 +166,7 @@ def inflight_vs_bdp(ctx: RowContext) -> Outcome:
 def per_hop_steps(ctx: RowContext, p: dict[str, Any]) -> list[dict[str, Any]]:
     """Median ping RTT from the UE to every hop (core router, wired gateway, server host behind
     it), idle and with a background bulk download queueing in the UE's base-station buffer."""
-    from clawbed.orchestrator.network.topology import Topology
+    from clawbed.replay.network.topology import Topology
 
     def rtts(cell: Cell, hop: str) -> list[float]:
         r = cell.topo.ues[0].run(["ping", "-n", "-c", str(p["pings"]), "-i", "0.2", hop], check=False,

@@ -9,9 +9,9 @@ them (Mahimahi-style: each adds one source of load, none knows of the others):
 
 - :class:`BulkCross` — ``flows`` iperf3 TCP flows from a cross-traffic host
   (``cb<rid>x<i>``, a Mininet host on the wired side's gateway:
-  :meth:`~clawbed.orchestrator.network.topology.Topology.add_cross_host`) to a sink on the core
+  :meth:`~clawbed.replay.network.topology.Topology.add_cross_host`) to a sink on the core
   router's end of the wired bottleneck, so they cross the bottleneck the server's traffic
-  crosses (``orchestrator/network/topology.py``);
+  crosses (``replay/network/topology.py``);
 - :class:`OnOffCross` — web-like transfers from a cross-traffic host: off periods
   exponentially distributed, each on period one new TCP connection carrying a lognormal
   number of bytes (the sender below, seeded);
@@ -34,8 +34,8 @@ UE (:attr:`~clawbed.claw.schemes.base.Scheme.needs_ue`) cannot drive wired cross
 
 The on/off sender and its sink are this module run as a program::
 
-    python -m clawbed.orchestrator.network.crosstraffic sink --address A --port P
-    python -m clawbed.orchestrator.network.crosstraffic send --address A --port P --seed S \\
+    python -m clawbed.replay.network.crosstraffic sink --address A --port P
+    python -m clawbed.replay.network.crosstraffic send --address A --port P --seed S \\
         --flows N --mean-bytes B --sigma 1.0 --mean-off-ms M --cc cubic --log transfers.jsonl
 
 ``send --arrivals poisson --rate-per-s R`` starts transfers at Poisson arrivals instead (open
@@ -74,7 +74,7 @@ from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wai
 from clawbed.units import parse_size_bytes
 
 if TYPE_CHECKING:
-    from clawbed.orchestrator.network.topology import Topology, WiredHost
+    from clawbed.replay.network.topology import Topology, WiredHost
 
 CROSS_KINDS = ("bulk", "onoff")
 OTHER_UE_KINDS = ("bulk", "page")
@@ -504,11 +504,11 @@ class OnOffCross(_CrossHost):
         self.seed = seed
 
     def _receiver_argv(self, address: str, port: int) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address", address,
+        return [sys.executable, "-m", "clawbed.replay.network.crosstraffic", "sink", "--address", address,
                 "--port", str(port)]
 
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address", address,
+        return [sys.executable, "-m", "clawbed.replay.network.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", str(self.spec.flows),
                 "--mean-bytes", str(self.spec.object_bytes), "--sigma", str(ONOFF_SIGMA),
                 "--mean-off-ms", str(self.spec.off_ms), "--cc", str(self.cc),
@@ -606,11 +606,11 @@ class OtherUePage(_OtherUe):
         self.page_bytes = page_bytes
 
     def _receiver_argv(self, address: str, port: int) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address", address,
+        return [sys.executable, "-m", "clawbed.replay.network.crosstraffic", "sink", "--address", address,
                 "--port", str(port)]
 
     def _sender_argv(self, address: str, port: int, log_dir: Path) -> list[str]:
-        return [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address", address,
+        return [sys.executable, "-m", "clawbed.replay.network.crosstraffic", "send", "--address", address,
                 "--port", str(port), "--seed", str(self.seed), "--flows", "1", "--mean-bytes", str(self.page_bytes),
                 "--sigma", "0", "--mean-off-ms", str(self.spec.mean_off_ms), "--cc", str(self.cc),
                 "--log", str(log_dir / f"{self.name}-transfers.jsonl")]
@@ -677,7 +677,7 @@ class UeFlow(Background):
                                     str(topo.core.address), topo.core.tun, [], f"f{self.index}", None)
         self.cc = self.scheme.server_cc
         address = str(self.ue.address)
-        receiver_argv = [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "sink", "--address",
+        receiver_argv = [sys.executable, "-m", "clawbed.replay.network.crosstraffic", "sink", "--address",
                          address, "--port", str(self.port)]
         if self.spec.rmem is not None:
             receiver_argv += ["--rcvbuf", str(self.spec.rmem)]
@@ -686,7 +686,7 @@ class UeFlow(Background):
         self._procs.append(receiver)
         _wait_listening(self.ue.ns, self.port, receiver)
         arrivals = {"bulk": "bulk", "onoff": "closed", "poisson": "poisson"}[self.spec.kind]
-        sender_argv = [sys.executable, "-m", "clawbed.orchestrator.network.crosstraffic", "send", "--address",
+        sender_argv = [sys.executable, "-m", "clawbed.replay.network.crosstraffic", "send", "--address",
                        address, "--port", str(self.port), "--seed", str(self.seed), "--flows", "1",
                        "--arrivals", arrivals, "--sizes", ",".join(str(b) for b in self.spec.bytes),
                        "--sigma", str(self.spec.sigma), "--mean-off-ms", str(self.spec.off_ms),
@@ -956,7 +956,7 @@ def send(address: str, port: int, seed: int, flows: int, mean_bytes: int, sigma:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m clawbed.orchestrator.network.crosstraffic")
+    parser = argparse.ArgumentParser(prog="python -m clawbed.replay.network.crosstraffic")
     sub = parser.add_subparsers(dest="role", required=True)
     p_sink = sub.add_parser("sink", help="receive transfers")
     p_send = sub.add_parser("send", help="send transfers (on/off, Poisson or bulk)")
