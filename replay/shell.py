@@ -51,7 +51,10 @@ def emu() -> None:
     """The emulated LTE cell: namespaces, the clawbed-emu process, its diag feed and ground truth."""
 
 
-@emu.command(context_settings={"allow_interspersed_args": False})
+@emu.command(context_settings={"allow_interspersed_args": False},
+             epilog="Settings of a replay's own web server, not offered here (emu run runs your servers): "
+                    + ", ".join(settings.SETTINGS[n].flag for n in settings.SETTINGS if n not in settings.names("emu"))
+                    + " (docs/settings.md).")
 @click.option("--trace", "traces", multiple=True, type=ExistingFile,
               help=f"What drives the cell (mode cell): {ACCEPTED}, imported on the fly; once for every UE, "
                    f"or once per UE.")
