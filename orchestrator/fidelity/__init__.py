@@ -8,7 +8,9 @@ Chromium where a page load is measured), scored against the source papers.
   (the emulator's own ``--check`` of a config key, the scheme registry, the replay's options);
 - :mod:`.flows` and :mod:`.bulk`: purpose-built experiments over the emulated cell (bulk flows
   with ``TCP_INFO`` samples, pings, handshakes);
-- :mod:`.pageloads`: the rows that are page loads, as orchestrator suite specs;
+- :mod:`.pageloads`: the rows that are page loads, as orchestrator suite specs; :mod:`.loadfacts`:
+  what their loads say (PLTs, TCP samples and counters, ground truth); :mod:`.spdy`: the SPDY
+  rows' profiles, per-load radio facts and checks;
 - :mod:`.runner`, :mod:`.results`, :mod:`.report`: running rows, the store's ``fidelity_rows``
   table, the terminal and HTML reports; :mod:`.cli`: ``clawbed fidelity``.
 """
