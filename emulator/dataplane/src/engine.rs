@@ -30,13 +30,13 @@ use std::sync::Arc;
 
 use cell::events::{DownlinkPacket, EventTally};
 use cell::{Cell, DropCause, Enqueued, SubframeOutput, TruthRecord, UeId, UplinkAllowance};
-use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
 use crate::clock::{monotonic_now_ns, sleep_until, Histogram, Nanos, Summary, TimeBase, NANOS_PER_MS};
 use crate::diag::{DiagBatch, DiagQueue};
 use crate::doorbell::Doorbell;
 use crate::flows::Flows;
+use crate::handover::Handover;
 use crate::model::UeLinks;
 use crate::offload::Offload;
 use crate::pool::Packet;
@@ -205,7 +205,7 @@ pub struct Engine {
     cell: Cell<InFlight>,
     out: SubframeOutput<InFlight>,
     lanes: Vec<UeLane>,
-    arrivals: Arc<ArrayQueue<Arrival>>,
+    arrivals: Arc<Handover<Arrival>>,
     /// Rung by the reader when it hands over packets (it wakes an idle wait).
     arrival_bell: Arc<Doorbell>,
     /// Packets taken from `arrivals` whose subframe has not come yet, in read order.
@@ -234,7 +234,7 @@ impl Engine {
     pub fn new(
         cell: Cell<InFlight>,
         links: Vec<UeLinks>,
-        arrivals: Arc<ArrayQueue<Arrival>>,
+        arrivals: Arc<Handover<Arrival>>,
         arrival_bell: Arc<Doorbell>,
         outputs: Outputs,
         timing: Timing,

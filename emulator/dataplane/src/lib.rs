@@ -4,7 +4,8 @@
 //! - OS resources: [`netns`] (entering the caller's namespaces), [`tun`] (TUN devices and
 //!   their addresses and routes), [`signals`].
 //! - Time: [`clock`] (the shared time base, deadlines, thread scheduling, lateness
-//!   histograms), [`doorbell`] (sleeping to a deadline or a wake-up).
+//!   histograms), [`doorbell`] (sleeping to a deadline or a wake-up), [`handover`] (the
+//!   queues a real-time thread takes from without ever waiting for their producer).
 //! - Packets: [`pool`] (recycled buffers), [`reader`] (the I/O thread), [`offload`] (TUN
 //!   super-packets split into segments, merged again on the way out), [`engine`] (the cell
 //!   thread: the subframe loop, driving the cell crate's model, delay lines and uplink
@@ -42,6 +43,7 @@ pub mod doorbell;
 pub mod engine;
 pub mod error;
 pub mod flows;
+pub mod handover;
 pub mod model;
 #[allow(unsafe_code)]
 pub mod netns;

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::thread;
 
 use clap::Parser;
-use crossbeam_queue::ArrayQueue;
 use serde_json::json;
 
 use emulator::clock::{lock_memory, CpuLatencyRequest, ThreadReport, ThreadSetup, TimeBase, NANOS_PER_MS};
@@ -25,6 +24,7 @@ use emulator::diag::{DiagQueue, DiagServer};
 use emulator::doorbell::Doorbell;
 use emulator::engine::{Engine, InFlight, Outputs, Timing, SEEK_FILE};
 use emulator::error::{Context, Error, Result};
+use emulator::handover::Handover;
 use emulator::netns::Namespace;
 use emulator::pool::Pool;
 use emulator::reader::{Demux, Devices, Reader};
@@ -162,7 +162,7 @@ fn run(cli: &Cli) -> Result<()> {
     let pool = Pool::new(config.max_packets, config.mtu_bytes as usize);
     // Both queues hold as many packets as the pool has buffers: a packet that got a buffer
     // always fits.
-    let arrivals = Arc::new(ArrayQueue::new(config.max_packets));
+    let arrivals = Arc::new(Handover::new(config.max_packets));
     let arrival_bell = Arc::new(Doorbell::new());
     let reader = Reader::new(
         Arc::clone(&devices),

@@ -19,12 +19,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
 use crate::clock::{monotonic_now_ns, Nanos};
 use crate::doorbell::Doorbell;
 use crate::error::{is_transient, Context, Result};
+use crate::handover::Handover;
 use crate::offload::{split_tcp4, Offload, VnetHdr, VNET_HDR_BYTES};
 use crate::pool::{Packet, Pool};
 use crate::sys;
@@ -137,7 +137,7 @@ pub struct Reader {
     devices: Arc<Devices>,
     demux: Demux,
     pool: &'static Pool,
-    out: Arc<ArrayQueue<Arrival>>,
+    out: Arc<Handover<Arrival>>,
     /// Rung after packets were handed over (it wakes an idle cell thread).
     bell: Arc<Doorbell>,
     /// Number of the next super-packet (segments carry it, so the writer can merge them).
@@ -156,7 +156,7 @@ impl Reader {
         devices: Arc<Devices>,
         demux: Demux,
         pool: &'static Pool,
-        out: Arc<ArrayQueue<Arrival>>,
+        out: Arc<Handover<Arrival>>,
         bell: Arc<Doorbell>,
     ) -> Result<Reader> {
         let epoll = sys::epoll_create().context(|| "creating the epoll instance of the I/O thread".into())?;

@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::clock::{Nanos, NANOS_PER_US};
 use crate::columnar::{ChunkWriter, Column, ColumnData};
 use crate::error::Result;
+use crate::handover::Handover;
 use crate::reader::Direction;
 
 /// Subframes per ground-truth chunk (1 s).
@@ -101,10 +102,11 @@ pub struct RecordQueues<T> {
     pub subframes: ArrayQueue<SubframeRecord<T>>,
     /// Batches of delivered packets, from the writer thread.
     pub deliveries: ArrayQueue<Vec<PacketRecord>>,
-    /// Truth records done with (their vectors keep their capacity).
-    spare_truth: ArrayQueue<T>,
+    /// Truth records done with (their vectors keep their capacity). The spares go back to
+    /// real-time threads, which must never wait for this one (`crate::handover`).
+    spare_truth: Handover<T>,
     /// Empty packet-log batches.
-    spare_batches: ArrayQueue<Vec<PacketRecord>>,
+    spare_batches: Handover<Vec<PacketRecord>>,
     done: AtomicBool,
 }
 
@@ -114,8 +116,8 @@ impl<T> RecordQueues<T> {
         RecordQueues {
             subframes: ArrayQueue::new(SUBFRAME_QUEUE_ROWS),
             deliveries: ArrayQueue::new(DELIVERY_QUEUE_BATCHES),
-            spare_truth: ArrayQueue::new(SPARES),
-            spare_batches: ArrayQueue::new(SPARES),
+            spare_truth: Handover::new(SPARES),
+            spare_batches: Handover::new(SPARES),
             done: AtomicBool::new(false),
         }
     }

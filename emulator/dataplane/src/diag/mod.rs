@@ -36,6 +36,7 @@ use crossbeam_queue::ArrayQueue;
 use serde::Serialize;
 
 use crate::error::{is_transient, Context, Result};
+use crate::handover::Handover;
 use crate::netns::Namespace;
 use crate::sys;
 
@@ -82,7 +83,8 @@ pub struct DiagBatch {
 #[derive(Debug)]
 pub struct DiagQueue {
     batches: ArrayQueue<DiagBatch>,
-    spare: ArrayQueue<Vec<DiagRecord>>,
+    /// Emptied vectors back to the cell thread, which must never wait for this thread.
+    spare: Handover<Vec<DiagRecord>>,
     /// An eventfd the cell thread writes to wake the diag thread (only with subscribers).
     wake: OwnedFd,
     /// Whether the diag files are written.
@@ -98,7 +100,7 @@ impl DiagQueue {
         let wake = sys::eventfd().context(|| "creating the diag thread's eventfd".into())?;
         Ok(DiagQueue {
             batches: ArrayQueue::new(QUEUE_SUBFRAMES),
-            spare: ArrayQueue::new(SPARE_BATCHES),
+            spare: Handover::new(SPARE_BATCHES),
             wake,
             file,
             subscribers: AtomicUsize::new(0),
