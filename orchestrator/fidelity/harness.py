@@ -26,6 +26,7 @@ from clawbed.orchestrator.fidelity.results import Outcome
 from clawbed.replay.sampler import TcpSampler
 
 MIB = 1 << 20
+KB = 1000
 #: The UE's receive buffer when nothing caps it (the replay's: min, default, max; 8 MiB max).
 UE_RMEM_UNCAPPED = (4096, 131072, 8 << 20)
 FLOW_PORT_BASE = 9100
@@ -224,6 +225,15 @@ class Cell:
         (sub / "samples.json").write_text(json.dumps(sampler.rows))
         (sub / "client.jsonl").write_text("".join(json.dumps(c) + "\n" for c in client))
         return result
+
+
+def _rate_cell(ctx: RowContext, name: str, rate: str, queue_bytes: int, core_rtt_ms: float | None,
+               ue_rmem: tuple[int, int, int] | None = None, **fields: Any) -> Cell:
+    ue: dict[str, Any] = {"rate": rate, "cell": {"queue_limit_bytes": int(queue_bytes)}}
+    extra: dict[str, Any] = {"mode": "rate", "delays": delays_for(core_rtt_ms), **fields}
+    if ue_rmem is not None:
+        return Cell(ctx, name, ue=ue, ue_rmem=ue_rmem, **extra)
+    return Cell(ctx, name, ue=ue, **extra)
 
 
 def constant_trace(path: Path, rate: float, seconds: float, *, n_antennas: int = 2, other_rbs: int = 0,
