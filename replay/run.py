@@ -656,7 +656,9 @@ class Replay:
         sched: schedtrace.SchedTrace | None = None
         attribution: schedtrace.LoadAttribution | None = None
         if cfg.trace_sched:  # a tracefs instance of the run's own, removed with it
-            sched = schedtrace.SchedTrace(res, schedtrace.cell_tid(emu.pid)).open()
+            threads = schedtrace.emulator_threads(emu.pid)
+            cell = schedtrace.cell_tid(threads, emu.pid)
+            sched = schedtrace.SchedTrace(res, cell, peers={t: c for t, c in threads.items() if t != cell}).open()
             attribution = schedtrace.LoadAttribution(sched, origin_unix_s)
             self.run_dir.write_manifest(sched_trace={"instance": str(sched.path), "cell_tid": sched.cell_tid,
                                                      "buffer_kb": sched.buffer_kb})

@@ -245,8 +245,15 @@ class Timeline:
     """The trace as the attribution reads it: per CPU, who ran from when, and when interrupts
     and softirqs ran (innermost first); the cell thread's own switches and wake-ups."""
 
-    def __init__(self, events: Iterable[Event], cell_tid: int) -> None:
+    def __init__(self, events: Iterable[Event], cell_tid: int, peers: dict[int, str] | None = None) -> None:
         self.cell_tid = cell_tid
+        #: The emulator's other threads (tid → comm): the cell thread takes packets and spare
+        #: buffers from them through lock-free queues, and a pop waits (spinning) for a push
+        #: that one of them has begun and not finished, e.g. because it was preempted.
+        self.peers = dict(peers or {})
+        #: Each peer's preemptions: (switched out while runnable, switched in again, tid).
+        self.preempted: list[tuple[float, float, int]] = []
+        out_at: dict[int, float] = {}
         #: cpu → (times, (comm, pid)) of each switch's incoming task; before the first, its outgoing one.
         self._running: dict[int, tuple[list[float], list[tuple[str, int]]]] = {}
         self._first_prev: dict[int, tuple[str, int]] = {}
@@ -270,6 +277,10 @@ class Timeline:
                     self._first_prev[e.cpu] = (e.prev_comm, e.prev_pid)
                 times.append(e.ts)
                 tasks.append((e.next_comm, e.next_pid))
+                if e.prev_pid in self.peers and e.prev_state.startswith("R"):
+                    out_at[e.prev_pid] = e.ts
+                if e.next_pid in out_at:
+                    self.preempted.append((out_at.pop(e.next_pid), e.ts, e.next_pid))
                 if e.prev_pid == cell_tid:
                     self.cell.append((e.ts, "out", e.cpu, e.prev_state))
                 if e.next_pid == cell_tid:
@@ -359,6 +370,18 @@ class Timeline:
                 out.append((s, e, name))
         return out
 
+    def preempted_peer(self, a: float, b: float) -> tuple[str, int] | None:
+        """The peer thread preempted for the longest part of [a, b], when that is at least
+        half of it: the likely one the cell thread was waiting for."""
+        best: tuple[float, int] | None = None
+        for s, e, tid in self.preempted:
+            overlap = min(e, b) - max(s, a)
+            if overlap > 0 and (best is None or overlap > best[0]):
+                best = (overlap, tid)
+        if best is None or best[0] < 0.5 * (b - a):
+            return None
+        return self.peers[best[1]], best[1]
+
     def faults_within(self, a: float, b: float) -> int:
         return bisect_right(self.faults, b) - bisect_right(self.faults, a)
 
@@ -413,7 +436,14 @@ def _split(timeline: Timeline, cpu: int, a: float, b: float, base: str | None) -
 
 def _own_work(timeline: Timeline, cpu: int, a: float, b: float) -> list[Piece]:
     """The cell thread's own time in [a, b]: inside each of its system calls (``cb-cell own
-    work: futex``) and outside them (its user code, and page faults), less interrupt time."""
+    work: futex``) and outside them (its user code, and page faults), less interrupt time;
+    while another emulator thread sat preempted for most of it, ``cb-cell waiting on a
+    preempted cb-io`` (a queue's pop spins while a push it sees begun is unfinished)."""
+    peer = timeline.preempted_peer(a, b)
+    if peer is not None and not timeline.syscalls_within(a, b):
+        comm, pid = peer
+        return [Piece(f"cb-cell waiting on a preempted {comm}", p.ms, comm, pid) if p.cause == OWN_WORK else p
+                for p in _split(timeline, cpu, a, b, OWN_WORK)]
     pieces: list[Piece] = []
     at = a
     for s, e, name in timeline.syscalls_within(a, b):
@@ -569,16 +599,24 @@ def remove_instance(path: Path) -> bool:
         raise SchedTraceError(f"removing the trace instance {path}: {e.strerror}") from e
 
 
-def cell_tid(emulator_pid: int) -> int:
-    """The thread id of the emulator's cell thread (by its name)."""
+def emulator_threads(emulator_pid: int) -> dict[int, str]:
+    """The emulator's threads, tid → name (``cb-cell``, ``cb-io``, …)."""
     task_dir = Path(f"/proc/{emulator_pid}/task")
+    threads = {}
     try:
         for task in task_dir.iterdir():
             with contextlib.suppress(OSError):
-                if (task / "comm").read_text().strip() == CELL_COMM:
-                    return int(task.name)
+                threads[int(task.name)] = (task / "comm").read_text().strip()
     except OSError as e:
         raise SchedTraceError(f"listing the emulator's threads ({task_dir}): {e.strerror}") from e
+    return threads
+
+
+def cell_tid(threads: dict[int, str], emulator_pid: int) -> int:
+    """The thread id of the emulator's cell thread (by its name) among ``threads``."""
+    for tid, comm in threads.items():
+        if comm == CELL_COMM:
+            return tid
     raise SchedTraceError(f"the emulator (pid {emulator_pid}) has no thread named {CELL_COMM}")
 
 
@@ -594,9 +632,12 @@ class SchedTrace:
     """The run's tracefs instance: made by :meth:`open` (on ``res``, so it goes with the run),
     recording between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, res: Resources, cell_tid: int, buffer_kb: int = BUFFER_KB, root: Path = TRACEFS) -> None:
+    def __init__(self, res: Resources, cell_tid: int, buffer_kb: int = BUFFER_KB, root: Path = TRACEFS,
+                 peers: dict[int, str] | None = None) -> None:
         self.res = res
         self.cell_tid = cell_tid
+        #: The emulator's other threads, tid → name.
+        self.peers = dict(peers or {})
         self.buffer_kb = buffer_kb
         self.root = root
         self.path = root / "instances" / res.name("")
@@ -696,7 +737,7 @@ class LoadAttribution:
 
     def load(self, load: int, scheme: str, load_dir: Path, events: list[Event], slips: list[Slip],
              mono_offset_s: float) -> dict[str, Any]:
-        timeline = Timeline(events, self.trace.cell_tid)
+        timeline = Timeline(events, self.trace.cell_tid, self.trace.peers)
         attributed = attribute(timeline, slips, self.origin_unix_s + mono_offset_s)
         rows = shares(attributed)
         summary = {"load": load, "scheme": scheme, "slips": len(attributed),

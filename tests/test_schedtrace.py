@@ -149,6 +149,26 @@ def test_shares_sum_the_late_time_by_cause() -> None:
     assert st.one_line(rows, 2).startswith("stopped (SIGSTOP) 40 %, not traced 24 %")
 
 
+def test_own_work_while_a_producer_sat_preempted_is_the_wait_for_it() -> None:
+    """The cell thread ran 10 ms past its boundary without a system call while cb-io (a thread
+    whose pushes its pops wait for) sat preempted on the other CPU for nearly all of it."""
+    io = ("cb-io", 60)
+    events = [*made_up_events()[:-1],
+              switch(at(1049.0), 1, CHROME, "R+", CELL_T),
+              switch(at(1049.2), 0, NGINX, "S", io),
+              switch(at(1049.5), 0, io, "R+", CHROME),
+              switch(at(1059.8), 0, CHROME, "R+", io),
+              switch(at(1060.0), 1, CELL_T, "S", CHROME),
+              switch(at(1070.0), 0, io, "S", IDLE)]
+    slip = Slip(1050.0, 10.0, 10, True)
+    with_peers = st.attribute(st.Timeline(events, CELL, peers={60: "cb-io"}), [slip], ORIGIN_S)[0]
+    assert causes(with_peers) == {"cb-cell waiting on a preempted cb-io": 10.0}
+    assert {(p.comm, p.pid) for p in with_peers.pieces} == {("cb-io", 60)}
+    # Without knowing the emulator's threads it is the thread's own work.
+    alone = st.attribute(st.Timeline(events, CELL), [slip], ORIGIN_S)[0]
+    assert causes(alone) == {"cb-cell own work": 10.0}
+
+
 def test_tasks_are_grouped_by_comm() -> None:
     assert st.group_of("cb-cell") == "cb-cell" and st.group_of("cb-tx") == "cb-tx"
     assert st.group_of("ThreadPoolForeg") == "chromium" and st.group_of("Chrome_ChildIOT") == "chromium"
