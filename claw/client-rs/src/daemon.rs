@@ -70,7 +70,7 @@ pub struct Client {
     marker: Option<AckMarkMap>,
     window_ms: i64,
     step: Step,
-    /// Reports made, with the time they were made; sent by the caller.
+    /// Report datagrams made and not yet sent (the caller sends them).
     pub outbox: Vec<[u8; FEEDBACK_BYTES]>,
 }
 
