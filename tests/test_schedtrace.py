@@ -237,3 +237,21 @@ def test_cleanup_removes_a_killed_runs_trace_instance(tmp_path: Path) -> None:
     assert cleanup_from_ledger(ledger.path) == [f"trace instance {instance}"]
     assert not instance.exists() and tmp_path.exists()
     assert cleanup_from_ledger(ledger.path) == []  # a second time: nothing left
+
+
+@pytest.mark.root
+def test_an_interrupted_run_removes_its_instance_and_only_the_mount_it_made(tmp_path: Path) -> None:
+    from clawbed.netns import Resources
+    mounted_before = st.tracefs_mounted()
+    instance: Path | None = None
+    with pytest.raises(KeyboardInterrupt):
+        with Resources("zz9k", tmp_path / "ledger.jsonl") as res:
+            trace = st.SchedTrace(res, os.getpid(), buffer_kb=1024).open()
+            instance = trace.path
+            trace.start()
+            assert (instance / "tracing_on").read_text().strip() == "1"
+            raise KeyboardInterrupt  # Ctrl-C while recording
+    assert instance is not None and not instance.exists()
+    assert st.tracefs_mounted() == mounted_before
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert kinds == (["trace-instance"] if mounted_before else ["tracefs", "trace-instance"])
