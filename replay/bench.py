@@ -162,7 +162,10 @@ def clean_share(runs: int, work: Path, loader_off_cell_cpu: bool, loader: str = 
     measured = [r for r in firsts if r.subframe_late_max_ms is not None or r.delivery_err_max_ms is not None]
     share = {rule: round(100.0 * sum(1 for r in measured if timing_ok_by(r, rule)) / len(measured), 1)
              if measured else None for rule in LATE_RULES}
+    # What the run really did (with 4 CPUs or more the reservation holds instead of the split).
+    manifest = json.loads((replay.run_dir.path / "manifest.json").read_text())
     return {"placement": "loader off the cell CPU" if loader_off_cell_cpu else "default", "loader": loader,
+            "cpus": manifest.get("cpus"),
             "loads": len(records), "first_attempts_measured": len(measured), "clean_share_pct": share,
             "late_reruns": replay.late_reruns, "rule_used": config.late_rule,
             "worst_slip_ms": [r.subframe_late_max_ms for r in measured],
