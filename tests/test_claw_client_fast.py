@@ -16,9 +16,11 @@ import json
 import math
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -309,3 +311,43 @@ def test_the_cost_bench_plays_a_feed_to_each_client(tmp_path: Path) -> None:
     assert len(logs) == 3
     texts = [log.read_text() for log in logs]
     assert seq_from_zero(texts[0]) == seq_from_zero(texts[1]) == seq_from_zero(texts[2])  # fast twice, reference
+
+
+def test_the_fast_client_ends_with_its_launcher(tmp_path: Path) -> None:
+    """--exit-with-parent (the launcher that owns the UE's marker passes it): the launcher
+    killed outright, the client still ends cleanly, with its report."""
+    key_file = tmp_path / "key"
+    key_file.write_bytes(KEY)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    client = [str(BINARY), "run", "--ue-id", "2", "--server", "127.0.0.1:9", "--key-file", str(key_file),
+              "--diag-port", str(server.getsockname()[1]), "--exit-with-parent"]
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                                 "child = subprocess.Popen(sys.argv[1:])\nprint(child.pid, flush=True)\ntime.sleep(60)",
+                                 *client], stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout is not None
+        child_pid = int(launcher.stdout.readline())
+        server.settimeout(20)
+        conn, _ = server.accept()  # the client runs
+        launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        ended = False
+        while not ended and time.monotonic() < deadline:
+            try:
+                ended = Path(f"/proc/{child_pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+            except FileNotFoundError:
+                ended = True
+            time.sleep(0.05)
+        if not ended:
+            os.kill(child_pid, signal.SIGKILL)
+        assert ended, "the client outlived its launcher"
+        out = launcher.stdout.read()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        server.close()
+    assert '"ended_by": "signal"' in out, out
+    conn.close()

@@ -103,7 +103,8 @@ def run_fast(args: Any) -> int:
     from clawbed.netns import Ledger
     with AckMarker(netns=args.netns, dev=args.mark_dev, run_id=args.run_id, run_dir=args.run_dir, ue_id=args.ue_id,
                    ledger=Ledger(args.ledger) if args.ledger else None) as marker:
-        child = subprocess.Popen(run_argv(args, ack_map=marker.config_pin))
+        # It ends with this process, which owns the marker (a killed launcher leaves no client).
+        child = subprocess.Popen([*run_argv(args, ack_map=marker.config_pin), "--exit-with-parent"])
 
         def forward(signum: int, _frame: object) -> None:
             child.send_signal(signum)

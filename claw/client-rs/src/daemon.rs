@@ -46,6 +46,7 @@ pub struct DaemonConfig {
     pub connect_timeout: Duration,
     pub ack_map: Option<PathBuf>,
     pub batch_ms: u64,
+    pub exit_with_parent: bool,
 }
 
 /// What the daemon did; printed as its last line (the reference's `DaemonReport`).
@@ -269,6 +270,22 @@ fn signal_fd() -> Result<File, String> {
     }
 }
 
+/// SIGTERM (taken through the signalfd, so a clean end) when the parent process ends.
+fn exit_with_parent() -> Result<(), String> {
+    // SAFETY: plain libc calls without pointers.
+    unsafe {
+        let parent = libc::getppid();
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) != 0 {
+            return Err(format!("asking for SIGTERM at the parent's end: {}", io::Error::last_os_error()));
+        }
+        // The parent may have ended before the request: then it is already too late.
+        if parent == 1 || libc::getppid() != parent {
+            libc::raise(libc::SIGTERM);
+        }
+    }
+    Ok(())
+}
+
 fn connect_feed(port: u16, timeout: Duration) -> Result<TcpStream, String> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -323,6 +340,9 @@ fn wait(feed: Option<&TcpStream>, udp: &UdpSocket, sig: &File, timeout_ms: i32) 
 /// Run until the feed ends or a signal arrives; the report line.
 pub fn run(config: DaemonConfig) -> Result<String, String> {
     let sig = signal_fd()?;
+    if config.exit_with_parent {
+        exit_with_parent()?;
+    }
     if let Some(ns) = &config.netns {
         enter_netns(ns)?;
     }

@@ -127,6 +127,10 @@ struct RunArgs {
     /// How long to retry the diag feed while it refuses, s.
     #[arg(long, default_value_t = 10.0)]
     connect_timeout_s: f64,
+    /// End (as on SIGTERM) when the process that started this one ends: the launcher that
+    /// owns the UE's ACK marker.
+    #[arg(long)]
+    exit_with_parent: bool,
     /// Read the feed at most once per this many ms (0: as it arrives): a wake-up per
     /// subframe costs more than the subframe's work. The estimates and verdicts are the same
     /// (diag time); reports and loss flags leave up to this much later.
@@ -226,6 +230,7 @@ fn run(cli: Cli) -> Result<String, String> {
                 connect_timeout: Duration::from_secs_f64(a.connect_timeout_s),
                 ack_map: a.ack_map,
                 batch_ms: a.batch_ms,
+                exit_with_parent: a.exit_with_parent,
             })
         }
         Command::Replay(a) => {
