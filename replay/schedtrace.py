@@ -653,8 +653,10 @@ class SchedTrace:
 
     def open(self) -> SchedTrace:
         if not tracefs_mounted(self.root):
-            self.res.ledger.record("tracefs", str(self.root), path=str(self.root))
             mount_tracefs(self.root)
+            # Recorded once made (not before): a mount that failed must never lead a cleanup to
+            # unmount a tracefs someone else mounted later.
+            self.res.ledger.record("tracefs", str(self.root), path=str(self.root))
             self.res.callback(unmount_tracefs, self.root)
         self.res.ledger.record("trace-instance", self.path.name, path=str(self.path))
         try:
