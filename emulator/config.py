@@ -1,6 +1,6 @@
 """The emulator's configuration as a validated model, written as the JSON file ``clawbed-emu`` reads.
 
-The keys, defaults and ranges mirror the binary's (``emulator/dataplane/src/config.rs`` and
+The keys, defaults and ranges mirror the binary's (``emulator/dataplane/src/config/`` and
 ``emulator/cell/src/config.rs``; the binary is the authority and checks everything again);
 the cell's policies (scheduler, queue policy, loss model) and their parameters are not
 mirrored but read from the binary's own list, ``policies.json`` (:data:`POLICIES`),
