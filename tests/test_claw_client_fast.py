@@ -297,8 +297,8 @@ def test_the_command_lines_light_limits_match_their_sources() -> None:
 
 def test_the_cost_bench_plays_a_feed_to_each_client(tmp_path: Path) -> None:
     """``make bench``'s clients-per-core machinery on a short feed: every client, each its own
-    process and connection, takes the whole feed at the 1 ms pace (no figure is judged here:
-    speed belongs to the bench)."""
+    process and connection, takes the whole feed at the 1 ms pace, its reports answered (no
+    figure is judged here: speed belongs to the bench)."""
     from clawbed.claw.client.bench import client_cost
 
     feed = tmp_path / "feed.jsonl"
@@ -309,8 +309,12 @@ def test_the_cost_bench_plays_a_feed_to_each_client(tmp_path: Path) -> None:
     assert result["fast"]["cpu_percent_mean"] >= 0 and result["serve"]["subframes"] == result["subframes"]
     logs = sorted((tmp_path / "cost").glob("client-*.csv"))
     assert len(logs) == 3
-    texts = [log.read_text() for log in logs]
-    assert seq_from_zero(texts[0]) == seq_from_zero(texts[1]) == seq_from_zero(texts[2])  # fast twice, reference
+    # Every client closed the same subframes; the echoes (answered live, so at moments of
+    # their own) set each one's window T and fed each one's detector.
+    rows = [[line.split(",") for line in log.read_text().splitlines()[1:]] for log in logs]
+    assert [r[0] for r in rows[0]] == [r[0] for r in rows[1]] == [r[0] for r in rows[2]]
+    assert all(any(r[3] == "60" for r in client) for client in rows)
+    assert result["echoes_sent"] > 0 and result["verdicts"] > 0
 
 
 def test_the_fast_client_ends_with_its_launcher(tmp_path: Path) -> None:

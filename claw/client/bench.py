@@ -24,7 +24,9 @@ Then the client's cost (``cost``, written to ``bench-results/claw-client.json``)
   flow to the UE), then played at real rate (one subframe's lines per ms, the compiled
   ``serve-feed``) to N compiled clients and a few reference (Python) clients, each its own
   process with its own feed connection, feedback socket and estimates log (every
-  subframe), as in a run; each client's CPU (``/proc/PID/stat``) over the playing time.
+  subframe), as in a run, its reports answered as the server agent would (so its
+  bottleneck detector judges windows); each client's CPU (``/proc/PID/stat``) over the
+  playing time.
   Clients per core = 100 % / the mean client's percent of a core;
 - **CLAW's per-load set-up**: on an emulated cell, the ``claw`` scheme set up (sysctls,
   bpffs, ACK-flag reader, congestion control, key, agent until ready), its client started
@@ -43,6 +45,7 @@ import os
 import platform
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -55,6 +58,7 @@ from typing import Any
 from clawbed.claw.client.analyzer import Variant
 from clawbed.claw.client.core import ClientConfig
 from clawbed.claw.client.offline import replay_file, rows_to_columns, score
+from clawbed.claw.feedback import FEEDBACK_BYTES, Echo
 from clawbed.paths import REPO_ROOT
 
 SAMPLES = REPO_ROOT / "traces" / "samples"
@@ -183,9 +187,32 @@ def client_cost(feed: Path, work: Path, n_fast: int, n_reference: int, fast_flag
     work.mkdir(parents=True, exist_ok=True)
     key = work / "key"
     key.write_bytes(os.urandom(32))
-    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the reports' destination (not read)
+    # The reports' destination answers each as the server agent would (srtt 60 ms, a flow
+    # held back at CLAW's window), so every client's detector judges windows too.
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sink.bind(("127.0.0.1", 0))
+    sink.settimeout(0.2)
     server = f"127.0.0.1:{sink.getsockname()[1]}"
+    answering = threading.Event()
+    answering.set()
+    echoed = [0]
+
+    def answer() -> None:
+        secret = key.read_bytes()
+        while answering.is_set():
+            try:
+                data, peer = sink.recvfrom(256)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if len(data) == FEEDBACK_BYTES:
+                ue_id, seq = struct.unpack_from("!HI", data, 2)
+                sink.sendto(Echo(ue_id, seq, 60_000, 20, True).encode(secret), peer)
+                echoed[0] += 1
+
+    responder = threading.Thread(target=answer, name="echo", daemon=True)
+    responder.start()
     port = _free_port()
     serve = subprocess.Popen([str(exe), "serve-feed", "--input", str(feed), "--port", str(port), "--clients",
                               str(n_fast + n_reference), "--accept-timeout-s", "60"],
@@ -232,8 +259,14 @@ def client_cost(feed: Path, work: Path, n_fast: int, n_reference: int, fast_flag
         if serve.poll() is None:
             serve.kill()
             serve.wait()
+        answering.clear()
+        responder.join(timeout=5)
         sink.close()
+    if not all(r["counters"]["echoes"] > 0 for r in reports):
+        raise RuntimeError("a client got no echo: the detector did not run")
     result: dict[str, Any] = {"feed": str(feed.name), "subframes": subframes, "seconds": round(seconds, 3),
+                              "echoes_sent": echoed[0],
+                              "verdicts": sum(r["counters"]["verdicts"] for r in reports),
                               "serve": json.loads(played.removeprefix("claw-client ")) if played.startswith(
                                   "claw-client {") else played.strip()}
     for kind in ("fast", "reference"):
@@ -301,7 +334,8 @@ def _cost_table(cost: dict[str, Any] | None, setup: list[dict[str, Any]]) -> str
     lines = []
     if cost:
         lines.append(f"CLAW client cost at the 1 ms feed ({cost['feed']}, {cost['subframes']} subframes played in "
-                     f"{cost['seconds']} s, each client its own process, feed, feedback socket and log):")
+                     f"{cost['seconds']} s, each client its own process, feed, feedback socket and log; "
+                     f"{cost['echoes_sent']} reports answered, {cost['verdicts']} detector verdicts):")
         for kind in ("fast", "reference"):
             if kind in cost:
                 c = cost[kind]
