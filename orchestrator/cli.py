@@ -308,7 +308,8 @@ def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, j
 
 
 @click.command("regress")
-@click.argument("spec_path", metavar="SPEC", required=False, type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(path_type=Path, exists=True,
+                                                                                 dir_okay=False))
 @click.option("--against", "against", default=None, metavar="REV",
               help="A/B on this machine (the default without --baseline): build REV in a git worktree of its own "
                    "(cached by commit under <state>/ab) and run it and the candidate interleaved round by round, "

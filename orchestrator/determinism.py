@@ -50,11 +50,13 @@ BACKLOG_BYTES = 20_000
 #: The delivered schedule: these per-UE columns summed over the subframes backlogged on both
 #: builds (the transport blocks sent, the bytes delivered).
 SCHEDULE_COLUMNS = ("delivered_bytes", "tbs_bits")
-#: The schedule's allowed relative difference. Subframe by subframe two runs of one build
-#: differ (a packet's arrival, which is wall-clock, moves the scheduler's and HARQ's state:
-#: a quarter of the backlogged subframes differ), but the sums do not: two runs of one build
-#: on busy-cell differed by 0.8 % (delivered) and 0.1 % (TBS) over ~3,800 subframes.
-SCHEDULE_TOLERANCE = 0.03
+#: The schedule's allowed relative difference. How close two runs of one build come depends
+#: on the model's random draws: where a draw (HARQ's) is taken per transmission, a packet's
+#: arrival, which is wall-clock, shifts which draw meets which subframe, and the realisations
+#: differ (a quarter of the backlogged subframes; the sums 0.8-2.5 % (delivered) and
+#: 0.1-1.5 % (TBS) apart in three pairs of runs of one build on busy-cell); where every
+#: subframe's draws are its own, the backlogged schedule is equal subframe by subframe.
+SCHEDULE_TOLERANCE = 0.05
 #: The fewest subframes backlogged on both a flow comparison needs, ms.
 MIN_BACKLOGGED_MS = 1000
 #: Columns the flow cannot change (the trace's and the seed's alone), compared exactly.
@@ -147,6 +149,9 @@ def compare_schedule(base: Truth, candidate: Truth, scenario: str) -> Difference
         return Difference(scenario, False, f"only {n} subframe(s) backlogged on both builds (need {MIN_BACKLOGGED_MS}): "
                                            "the flow did not fill the queue", backlogged_ms=n)
     worst, parts = 0.0, []
+    same = np.ones(n, dtype=bool)
+    for column in SCHEDULE_COLUMNS:
+        same &= base.ue(0, column)[:rows][both].astype(float) == candidate.ue(0, column)[:rows][both].astype(float)
     for column in SCHEDULE_COLUMNS:
         b = float(np.nansum(base.ue(0, column)[:rows][both].astype(float)))
         c = float(np.nansum(candidate.ue(0, column)[:rows][both].astype(float)))
@@ -155,7 +160,7 @@ def compare_schedule(base: Truth, candidate: Truth, scenario: str) -> Difference
         parts.append(f"{column} base {b:,.0f}, candidate {c:,.0f} ({diff:.2%} apart)")
     ok = worst <= SCHEDULE_TOLERANCE
     detail = (f"over the {n} subframes backlogged on both: {'; '.join(parts)} (tolerance {SCHEDULE_TOLERANCE:.0%}); "
-              f"{exact.detail}")
+              f"{float(same.mean()):.1%} of them scheduled the same; {exact.detail}")
     return Difference(scenario, ok, detail, None if ok else "ues[0]." + SCHEDULE_COLUMNS[0],
                       schedule_diff=round(worst, 5), backlogged_ms=n)
 
