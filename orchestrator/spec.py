@@ -157,6 +157,8 @@ class Condition(_Strict):
     ue_rmem: str | int | None = None
     #: DRWA at the UE (replay/drwa.py).
     drwa: StrictBool = False
+    #: The CLAW client each UE runs (replay's ``claw_client``): fast or reference.
+    claw_client: str = "fast"
     #: How the UEs' diag feeds are delivered (replay's ``feed_timing``): ``phone`` or ``ideal``.
     feed_timing: str = "phone"
     #: Background flows on the replay's own UE (replay's ``flows``, replay/flows.py): entries such

@@ -210,6 +210,8 @@ class ReplayConfig:
     ue_rmem: str | int | None = None
     #: DRWA at the UE (``replay/drwa.py``: λ = 3, α = 7/8).
     drwa: bool = False
+    #: The CLAW client of every UE that runs one: ``fast`` (compiled) or ``reference`` (Python).
+    claw_client: str = "fast"
     #: How the UEs' diag feeds are delivered: ``phone`` (in log packets, late) or ``ideal``
     #: (each subframe as it happens); emulator/DIAG_FEED.md, "Feed timing".
     feed_timing: str = "phone"
@@ -685,7 +687,8 @@ class Replay:
             self._loader.start()
         diag = DiagTail(emu.diag_path(0))
         endpoint = UeEndpoint(ue.ns, str(ue.address), ue.index, ue.tun, emu.diag_port(0))
-        client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas)]
+        client_args = ["--n-rb", str(self.trace.n_rb), "--n-antennas", str(self.trace.n_antennas),
+                       "--client-impl", cfg.claw_client]
         self.run_dir.write_manifest(url=url, emulator={"ready": emu.ready, "config": emu_config.to_json()})
         activities = self._start_background(res, topo, SchemeSettings(emu.diag_port, client_args,
                                                                      cfg.feedback_period_ms))

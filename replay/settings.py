@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from clawbed import tcpstack
+from clawbed.claw.client.fast import DEFAULT_IMPL, IMPLS
 from clawbed.claw.server.sysctls import check_overrides
 from clawbed.emulator.config import check_policy, parse_rate_bps
 from clawbed.emulator.events import EventError, check_event, parse_event
@@ -212,6 +213,15 @@ def _rate(value: Any) -> str:
     return str(value)
 
 
+def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check_choice(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"{value!r}: one of {', '.join(choices)}")
+        return str(value)
+
+    return check_choice
+
+
 def _switch(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{value!r}: true or false")
@@ -367,6 +377,9 @@ register(Setting("feed_timing", "how the UEs' diag feeds (what CLAW's client rea
                                 "300 ms flush tick, measured on real logs: traces/diaglog/phone-feed-timing.json) or "
                                 "ideal (each subframe as it happens); default phone",
                  check=_feed_timing, default="phone", metavar="phone|ideal", part="ue"))
+register(Setting("claw_client", "the CLAW client each UE runs: fast (compiled, claw/client-rs; default) or "
+                                "reference (the Python one, claw/client/)", check=_choice(IMPLS), default=DEFAULT_IMPL,
+                 metavar="|".join(IMPLS), part="ue"))
 register(Setting("drwa", "DRWA at the UE: advertise λ·RTT_min/RTT·cwnd_est (BB12 §5, λ = 3, α = 7/8)",
                  check=_switch, default=False, kind="switch", part="ue"))
 register(Setting("flows", "a background flow on UE 0 (the replay's own), sharing its base-station queue with the page "

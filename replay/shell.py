@@ -221,6 +221,7 @@ def hosts_from_settings(res: Resources, topo: CellTopology, emulator: Emulator, 
     if trace is not None:  # CLAW's client sizes the cell from the trace's bandwidth and antennas
         header = read_trace(trace)
         client_args = ["--n-rb", str(header.n_rb), "--n-antennas", str(header.n_antennas)]
+    client_args += ["--client-impl", shared.get("claw_client") or "fast"]
     endpoints = [UeEndpoint(u.ns, str(u.address), u.index, u.tun, emulator.diag_port(u.index)) for u in topo.ues]
     ctx = SchemeContext(resources=res, run_dir=out_dir, server_ns=topo.core.ns, server_address=str(topo.server_address),
                         server_device=topo.core.tun, ues=endpoints, client_args=client_args,
