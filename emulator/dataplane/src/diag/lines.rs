@@ -5,9 +5,32 @@
 //! are exactly what serialising the `cell` crate's message types with serde_json gives,
 //! with MobileInsight's `timestamp` after `type_id` (the tests below hold the two to
 //! that). Numbers are formatted by serde_json, so floats print as everywhere else in the
-//! project.
+//! project; the timestamp, the same for every line of a subframe (every UE's), is
+//! formatted once per subframe ([`Stamp`]).
 
 use cell::diag::{MacDlTransportBlock, PdcpDlStats, PdschStat, RlcDlStats, ServCellMeasurement, TransportBlock};
+
+/// A timestamp's JSON text, formatted once for all the lines that carry it.
+#[derive(Debug, Default)]
+pub struct Stamp {
+    text: Vec<u8>,
+}
+
+impl Stamp {
+    /// The text of `timestamp_s` (Unix time, s).
+    pub fn new(timestamp_s: f64) -> Stamp {
+        let mut stamp = Stamp::default();
+        stamp.set(timestamp_s);
+        stamp
+    }
+
+    /// Replaces the text with `timestamp_s`'s (Unix time, s), keeping the buffer.
+    pub fn set(&mut self, timestamp_s: f64) {
+        self.text.clear();
+        // serde_json writes a NaN or an infinity as null, as the serde path did.
+        let _ = serde_json::to_writer(&mut self.text, &timestamp_s);
+    }
+}
 
 /// Appends JSON text to a line.
 struct Out<'a>(&'a mut Vec<u8>);
@@ -45,15 +68,17 @@ impl Out<'_> {
     }
 
     /// `{"type_id":"<type_id>","timestamp":<s>`.
-    fn head(&mut self, type_id: &str, timestamp_s: f64) -> &mut Self {
-        self.raw("{\"type_id\":\"").raw(type_id).raw("\",\"timestamp\":").float(timestamp_s)
+    fn head(&mut self, type_id: &str, timestamp: &Stamp) -> &mut Self {
+        self.raw("{\"type_id\":\"").raw(type_id).raw("\",\"timestamp\":");
+        self.0.extend_from_slice(&timestamp.text);
+        self
     }
 }
 
 /// Appends `LTE_PHY_PDSCH_Stat_Indication` as one line (with its `\n`).
-pub fn pdsch(line: &mut Vec<u8>, timestamp_s: f64, m: &PdschStat) {
+pub fn pdsch(line: &mut Vec<u8>, timestamp: &Stamp, m: &PdschStat) {
     let mut o = Out(line);
-    o.head("LTE_PHY_PDSCH_Stat_Indication", timestamp_s)
+    o.head("LTE_PHY_PDSCH_Stat_Indication", timestamp)
         .raw(",\"Records\":[{\"Subframe Num\":")
         .uint(m.subframe_num)
         .raw(",\"Frame Num\":")
@@ -89,9 +114,9 @@ fn transport_block(o: &mut Out<'_>, tb: &TransportBlock) {
 }
 
 /// Appends `LTE_PHY_Serv_Cell_Measurement` as one line.
-pub fn serv_cell(line: &mut Vec<u8>, timestamp_s: f64, m: &ServCellMeasurement) {
+pub fn serv_cell(line: &mut Vec<u8>, timestamp: &Stamp, m: &ServCellMeasurement) {
     Out(line)
-        .head("LTE_PHY_Serv_Cell_Measurement", timestamp_s)
+        .head("LTE_PHY_Serv_Cell_Measurement", timestamp)
         .raw(",\"Subpackets\":[{\"Current SFN\":")
         .uint(m.current_sfn)
         .raw(",\"Current Subframe Number\":")
@@ -110,9 +135,9 @@ pub fn serv_cell(line: &mut Vec<u8>, timestamp_s: f64, m: &ServCellMeasurement) 
 }
 
 /// Appends `LTE_MAC_DL_Transport_Block` as one line.
-pub fn mac(line: &mut Vec<u8>, timestamp_s: f64, m: &MacDlTransportBlock) {
+pub fn mac(line: &mut Vec<u8>, timestamp: &Stamp, m: &MacDlTransportBlock) {
     let mut o = Out(line);
-    o.head("LTE_MAC_DL_Transport_Block", timestamp_s).raw(",\"Samples\":[");
+    o.head("LTE_MAC_DL_Transport_Block", timestamp).raw(",\"Samples\":[");
     if let Some(s) = &m.sample {
         o.raw("{\"SFN\":")
             .uint(m.sfn)
@@ -132,9 +157,9 @@ pub fn mac(line: &mut Vec<u8>, timestamp_s: f64, m: &MacDlTransportBlock) {
 }
 
 /// Appends `LTE_RLC_DL_Stats` as one line.
-pub fn rlc(line: &mut Vec<u8>, timestamp_s: f64, m: &RlcDlStats) {
+pub fn rlc(line: &mut Vec<u8>, timestamp: &Stamp, m: &RlcDlStats) {
     Out(line)
-        .head("LTE_RLC_DL_Stats", timestamp_s)
+        .head("LTE_RLC_DL_Stats", timestamp)
         .raw(",\"Num RBs\":1,\"RB Stats\":[{\"Num Retx PDU\":")
         .uint(m.num_retx_pdu)
         .raw(",\"Num Dropped PDU\":")
@@ -147,9 +172,9 @@ pub fn rlc(line: &mut Vec<u8>, timestamp_s: f64, m: &RlcDlStats) {
 }
 
 /// Appends `LTE_PDCP_DL_Stats` as one line.
-pub fn pdcp(line: &mut Vec<u8>, timestamp_s: f64, m: &PdcpDlStats) {
+pub fn pdcp(line: &mut Vec<u8>, timestamp: &Stamp, m: &PdcpDlStats) {
     Out(line)
-        .head("LTE_PDCP_DL_Stats", timestamp_s)
+        .head("LTE_PDCP_DL_Stats", timestamp)
         .raw(",\"Num Offload Q Full Count\":")
         .uint(m.offload_q_full_count)
         .raw(",\"Num PDU Dups\":0,\"Num PDU Out of Win\":0}\n");
@@ -176,9 +201,9 @@ mod tests {
         serde_json::to_string(&out).expect("serialises") + "\n"
     }
 
-    fn line(write: impl FnOnce(&mut Vec<u8>)) -> String {
+    fn line(write: impl FnOnce(&mut Vec<u8>, &Stamp)) -> String {
         let mut buf = Vec::new();
-        write(&mut buf);
+        write(&mut buf, &Stamp::new(T));
         String::from_utf8(buf).expect("UTF-8")
     }
 
@@ -190,7 +215,7 @@ mod tests {
             TransportBlock { harq_id: 3, rv: 2, ndi: 1, crc_pass: false, tb_size_bytes: 2292, mcs: 20, num_rbs: 25 };
         for transport_block in [None, Some(tb)] {
             let m = PdschStat { frame_num: 67, subframe_num: 3, num_rbs: 25, num_layers: 2, transport_block };
-            assert_eq!(line(|b| pdsch(b, T, &m)), via_serde(&m, T));
+            assert_eq!(line(|b, t| pdsch(b, t, &m)), via_serde(&m, T));
         }
         for (snr_db, channel_mcs) in [(Some(14.0), Some(20)), (None, None)] {
             let m = ServCellMeasurement {
@@ -202,16 +227,16 @@ mod tests {
                 snr_db,
                 channel_mcs,
             };
-            assert_eq!(line(|b| serv_cell(b, T, &m)), via_serde(&m, T));
+            assert_eq!(line(|b, t| serv_cell(b, t, &m)), via_serde(&m, T));
         }
         let sample = MacSample { harq_id: 7, dl_tbs_bytes: 1000, rlc_pdus: 2, padding_bytes: 13 };
         for sample in [None, Some(sample)] {
             let m = MacDlTransportBlock { sfn: 5, sub_fn: 1, sample };
-            assert_eq!(line(|b| mac(b, T, &m)), via_serde(&m, T));
+            assert_eq!(line(|b, t| mac(b, t, &m)), via_serde(&m, T));
         }
         let m = RlcDlStats { num_retx_pdu: 1, num_dropped_pdu: 2, pdcp_q_full_count: 3, num_complete_nack: 4 };
-        assert_eq!(line(|b| rlc(b, T, &m)), via_serde(&m, T));
+        assert_eq!(line(|b, t| rlc(b, t, &m)), via_serde(&m, T));
         let m = PdcpDlStats { offload_q_full_count: 9 };
-        assert_eq!(line(|b| pdcp(b, T, &m)), via_serde(&m, T));
+        assert_eq!(line(|b, t| pdcp(b, t, &m)), via_serde(&m, T));
     }
 }

@@ -367,6 +367,7 @@ impl DiagServer {
         }
         let mut events = sys::epoll_events(2 * n + 1);
         let mut line = Vec::with_capacity(4096);
+        let mut stamp = lines::Stamp::default();
         let mut last_flush = Instant::now();
         loop {
             let closed = queue.closed.load(Ordering::SeqCst);
@@ -387,7 +388,7 @@ impl DiagServer {
                 }
             }
             while let Some(mut batch) = queue.batches.pop() {
-                self.publish(&batch, stats_period_ms, &mut line, &mut counters);
+                self.publish(&batch, stats_period_ms, &mut line, &mut stamp, &mut counters);
                 batch.records.clear();
                 let _ = queue.spare.push(batch.records);
             }
@@ -417,15 +418,23 @@ impl DiagServer {
     }
 
     /// Serialises one subframe: per UE, its messages as lines, to the file and subscribers.
-    fn publish(&mut self, batch: &DiagBatch, stats_period_ms: u64, line: &mut Vec<u8>, counters: &mut DiagCounters) {
+    fn publish(
+        &mut self,
+        batch: &DiagBatch,
+        stats_period_ms: u64,
+        line: &mut Vec<u8>,
+        stamp: &mut lines::Stamp,
+        counters: &mut DiagCounters,
+    ) {
         let with_stats = batch.t_ms % stats_period_ms.max(1) == 0;
         let t = batch.timestamp_s;
+        stamp.set(t);
         for record in &batch.records {
             let ue = record.ue.index();
             let Some(feed) = self.feeds.get_mut(ue) else { continue };
             feed.mi2log.push_record(t, record, with_stats);
             if feed.file.is_some() || !feed.subscribers.is_empty() {
-                Self::push_record_lines(feed, t, record, with_stats, line, &mut counters.lines[ue]);
+                Self::push_record_lines(feed, stamp, record, with_stats, line, &mut counters.lines[ue]);
             }
             feed.after_subframe(batch.t_ms, record.pdsch.transport_block.is_some());
         }
@@ -434,7 +443,7 @@ impl DiagServer {
     /// One UE's lines of one subframe, to its file and subscribers; counts them in `line_count`.
     fn push_record_lines(
         feed: &mut Feed,
-        t: f64,
+        t: &lines::Stamp,
         record: &DiagRecord,
         with_stats: bool,
         line: &mut Vec<u8>,
