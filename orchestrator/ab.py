@@ -384,6 +384,7 @@ class AbPlan:
     inject_delay_ms: float = 0.0
     rerun_late: bool = True
     run_id_prefix: str = ""
+    #: Only the scenarios of these labels (empty: all).
     labels: list[str] = field(default_factory=list)
 
 

@@ -114,6 +114,11 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (for messages)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def compare_exact(base: Truth, candidate: Truth, scenario: str, columns: tuple[str, ...] | None = None) -> Difference:
     """Every model column (or ``columns``) value for value over the rows both have."""
     cb, cc = _columns(base), _columns(candidate)
@@ -130,8 +135,8 @@ def compare_exact(base: Truth, candidate: Truth, scenario: str, columns: tuple[s
         at = _first_difference(cb[name][:rows], cc[name][:rows])
         if at is not None:
             t = int(cb["t_ms"][at])
-            return Difference(scenario, False, f"{name} differs first at t = {t} ms: base {cb[name][at]!r}, "
-                                               f"candidate {cc[name][at]!r}", name, t)
+            return Difference(scenario, False, f"{name} differs first at t = {t} ms: base {_plain(cb[name][at])!r}, "
+                                               f"candidate {_plain(cc[name][at])!r}", name, t)
     return Difference(scenario, True, f"{len(names)} column(s) equal over {rows} subframes")
 
 
