@@ -453,13 +453,15 @@ def _print_comparisons(title: str, comparisons: list[rg.Comparison], threshold: 
 
 
 def _finish(suite_name: str, comparisons: list[rg.Comparison], threshold: float, junit_path: Path | None,
-            other_failures: list[str]) -> None:
-    """JUnit XML if asked; exit status 1 when a check (or ``other_failures``) failed."""
+            other_checks: list[tuple[str, str, bool, str]]) -> None:
+    """JUnit XML if asked; exit status 1 when a check (or one of ``other_checks``: class name,
+    name, passed, detail) failed."""
     if junit_path is not None:
         junit_path.parent.mkdir(parents=True, exist_ok=True)
-        junit_path.write_bytes(rg.junit_xml(suite_name, comparisons, threshold))
-    failed = [f"{c.label} {c.scheme} ({c.verdict})" for c in comparisons if c.failed] + other_failures
-    total = len(comparisons) + len(other_failures)
+        junit_path.write_bytes(rg.junit_xml(suite_name, comparisons, threshold, other_checks))
+    failed = ([f"{c.label} {c.scheme} ({c.verdict})" for c in comparisons if c.failed]
+              + [f"{name} ({detail})" for _, name, ok, detail in other_checks if not ok])
+    total = len(comparisons) + len(other_checks)
     if failed:
         click.echo(f"{len(failed)} check(s) failed: " + ", ".join(failed), err=True)
         sys.exit(1)
@@ -497,7 +499,7 @@ def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str 
     root = ((output_root or runs_dir() / "suites") / suite_name / sweep).resolve()
     plan = ab.AbPlan(spec_path or Path("-"), base, candidate, sweep, root, inject_delay_ms=inject_delay_ms,
                      rerun_late=rerun_late, run_id_prefix=run_id_prefix)
-    other_failures: list[str] = []
+    other_checks: list[tuple[str, str, bool, str]] = []
     determinism_result: dict[str, object] | None = None
     comparisons: list[rg.Comparison] = []
     summary = ab.AbSummary()
@@ -517,7 +519,8 @@ def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str 
         for d in result.differences:
             table.add_row(d.scenario, "[green]same[/]" if d.ok else "[red]differs[/]", d.detail)
         _console().print(table)
-        other_failures += [f"determinism {d.scenario} ({d.column or 'run'})" for d in result.differences if not d.ok]
+        other_checks += [("emulator.determinism", f"determinism {d.scenario}", d.ok, d.detail)
+                         for d in result.differences]
     if spec_path is not None:
         with Store(store_path, influx_url) as store:
             summary = ab.run_ab(plan, store, say=say)
@@ -538,4 +541,4 @@ def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str 
             say(f"warning: round {r} of {label} failed on the {side} side: {why}")
     ab.write_result(root / "ab.json", plan, summary, comparisons, threshold, determinism_result)
     say(f"A/B result: {root / 'ab.json'}")
-    _finish(suite_name, comparisons, threshold, junit_path, other_failures)
+    _finish(suite_name, comparisons, threshold, junit_path, other_checks)

@@ -477,12 +477,16 @@ def baseline_machine(path: Path) -> dict[str, Any] | None:
 # -- reports ------------------------------------------------------------------------------------
 
 
-def junit_xml(suite: str, comparisons: list[Comparison], threshold: float) -> bytes:
-    """JUnit XML: one ``testcase`` per (scenario, scheme); a ``failure`` for each failing verdict."""
-    failures = sum(c.failed for c in comparisons)
-    root = ET.Element("testsuites", name=f"clawbed regress {suite}", tests=str(len(comparisons)),
-                      failures=str(failures))
-    ts = ET.SubElement(root, "testsuite", name=f"plt-regression.{suite}", tests=str(len(comparisons)),
+def junit_xml(suite: str, comparisons: list[Comparison], threshold: float,
+              other_checks: Iterable[tuple[str, str, bool, str]] = ()) -> bytes:
+    """JUnit XML: one ``testcase`` per (scenario, scheme); a ``failure`` for each failing verdict.
+    ``other_checks``: more test cases as (class name, name, passed, detail), e.g. the A/B run's
+    emulator determinism check."""
+    others = list(other_checks)
+    tests = len(comparisons) + len(others)
+    failures = sum(c.failed for c in comparisons) + sum(not ok for _, _, ok, _ in others)
+    root = ET.Element("testsuites", name=f"clawbed regress {suite}", tests=str(tests), failures=str(failures))
+    ts = ET.SubElement(root, "testsuite", name=f"plt-regression.{suite}", tests=str(tests),
                        failures=str(failures), errors="0", skipped="0")
     for c in comparisons:
         tc = ET.SubElement(ts, "testcase", classname=f"plt.{suite}.{c.label}", name=c.scheme)
@@ -493,6 +497,12 @@ def junit_xml(suite: str, comparisons: list[Comparison], threshold: float) -> by
             failure.text = json.dumps(asdict(c), indent=1)
         else:
             ET.SubElement(tc, "system-out").text = detail
+    for classname, name, ok, detail in others:
+        tc = ET.SubElement(ts, "testcase", classname=classname, name=name)
+        if ok:
+            ET.SubElement(tc, "system-out").text = detail
+        else:
+            ET.SubElement(tc, "failure", type="differs", message=detail)
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,6 +169,15 @@ def test_baseline_from_another_machine_warns_or_is_refused(tmp_path: Path) -> No
     assert done.returncode == 2 and "two modes" in done.stderr
 
 
+def test_junit_carries_the_determinism_checks() -> None:
+    checks = [("emulator.determinism", "determinism idle", True, "30 column(s) equal"),
+              ("emulator.determinism", "determinism flow", False, "ues[0].mcs differs first at t = 5 ms")]
+    root = ET.fromstring(rg.junit_xml("ci", [], 1.05, checks))
+    assert (root.get("tests"), root.get("failures")) == ("2", "1")
+    (failure,) = root.iter("failure")
+    assert failure.get("message") == "ues[0].mcs differs first at t = 5 ms"
+
+
 # -- the real thing -----------------------------------------------------------------------------
 
 
@@ -240,8 +250,11 @@ def _model_change_commit(tmp_path: Path, head: str) -> str:
 @pytest.mark.slow
 def test_determinism_same_build_passes_a_cell_model_change_fails(tmp_path: Path, head: str) -> None:
     common = ["--determinism-only", "--against", head, "--runs-dir", str(tmp_path / "runs")]
-    same = _regress(*common, "--candidate", head, "--sweep", "same", cwd=tmp_path)
+    same = _regress(*common, "--candidate", head, "--sweep", "same", "--junit", str(tmp_path / "same.xml"), cwd=tmp_path)
     assert same.returncode == 0, same.stdout + same.stderr
+    assert "all 2 check(s) passed" in same.stderr
+    junit = ET.parse(tmp_path / "same.xml").getroot()
+    assert junit.get("tests") == "2" and junit.get("failures") == "0"
     result = json.loads((tmp_path / "runs" / "determinism" / "same" / "ab.json").read_text())["determinism"]
     print("same build:", [d["detail"] for d in result["differences"]], result["wall_s"], "s")
     assert result["ok"] and [d["scenario"] for d in result["differences"]] == ["idle", "flow"]
@@ -249,12 +262,16 @@ def test_determinism_same_build_passes_a_cell_model_change_fails(tmp_path: Path,
 
     changed = _model_change_commit(tmp_path, head)
     try:
-        diff = _regress(*common, "--candidate", changed, "--sweep", "changed", cwd=tmp_path)
+        diff = _regress(*common, "--candidate", changed, "--sweep", "changed", "--junit", str(tmp_path / "changed.xml"),
+                        cwd=tmp_path)
         assert diff.returncode == 1, diff.stdout + diff.stderr
+        (failure,) = ET.parse(tmp_path / "changed.xml").getroot().iter("failure")
+        assert failure.get("message", "").startswith("rsrq_db differs first at t = ")
         result = json.loads((tmp_path / "runs" / "determinism" / "changed" / "ab.json").read_text())["determinism"]
         idle = result["differences"][0]
         print("changed:", idle["detail"])
         assert not idle["ok"] and idle["column"] == "rsrq_db", idle
-        assert "determinism idle (rsrq_db)" in diff.stderr
+        assert "determinism idle (rsrq_db differs first at t = " in diff.stderr
     finally:
         ab.remove_tree(changed)
+
