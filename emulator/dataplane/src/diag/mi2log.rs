@@ -169,25 +169,16 @@ fn skip_zero_words(mut crc: u16, mut words: usize) -> u16 {
     crc
 }
 
-/// CRC-16/X.25 (init 0xFFFF, final XOR 0xFFFF) of `data`: eight bytes at a time, runs of
-/// zero words skipped through [`ZERO_RUNS`].
-pub fn crc16_x25(data: &[u8]) -> u16 {
-    let t = &CRC_TABLES;
-    let mut crc = 0xFFFFu16;
-    let mut zero_words = 0;
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        if c == [0; 8] {
-            zero_words += 1;
-            continue;
-        }
-        if zero_words > 0 {
-            crc = skip_zero_words(crc, zero_words);
-            zero_words = 0;
-        }
-        let lo = (crc as u8) ^ c[0];
-        let hi = ((crc >> 8) as u8) ^ c[1];
-        crc = t[7][usize::from(lo)]
+/// A CRC-16/X.25 register (init 0xFFFF), fed eight bytes at a time where it can.
+struct Crc(u16);
+
+impl Crc {
+    /// Eight bytes.
+    fn word(&mut self, c: &[u8]) {
+        let t = &CRC_TABLES;
+        let lo = (self.0 as u8) ^ c[0];
+        let hi = ((self.0 >> 8) as u8) ^ c[1];
+        self.0 = t[7][usize::from(lo)]
             ^ t[6][usize::from(hi)]
             ^ t[5][usize::from(c[2])]
             ^ t[4][usize::from(c[3])]
@@ -196,11 +187,49 @@ pub fn crc16_x25(data: &[u8]) -> u16 {
             ^ t[1][usize::from(c[6])]
             ^ t[0][usize::from(c[7])];
     }
-    crc = skip_zero_words(crc, zero_words);
-    for &b in chunks.remainder() {
-        crc = (crc >> 8) ^ t[0][usize::from((crc ^ u16::from(b)) as u8)];
+
+    /// `words` × 8 zero bytes (the callers count runs of zero words in a local, which keeps
+    /// the loop's count in a register).
+    fn zero_words(&mut self, words: usize) {
+        if words > 0 {
+            self.0 = skip_zero_words(self.0, words);
+        }
     }
-    crc ^ 0xFFFF
+
+    fn byte(&mut self, b: u8) {
+        self.0 = (self.0 >> 8) ^ CRC_TABLES[0][usize::from((self.0 ^ u16::from(b)) as u8)];
+    }
+
+    /// The CRC (final XOR 0xFFFF).
+    fn finish(self) -> u16 {
+        self.0 ^ 0xFFFF
+    }
+}
+
+/// `c` (eight bytes) as a little-endian number.
+fn word_of(c: &[u8]) -> u64 {
+    u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+}
+
+/// CRC-16/X.25 (init 0xFFFF, final XOR 0xFFFF) of `data`.
+pub fn crc16_x25(data: &[u8]) -> u16 {
+    let mut crc = Crc(0xFFFF);
+    let mut zeros = 0;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        if word_of(c) == 0 {
+            zeros += 1;
+            continue;
+        }
+        crc.zero_words(zeros);
+        zeros = 0;
+        crc.word(c);
+    }
+    crc.zero_words(zeros);
+    for &b in chunks.remainder() {
+        crc.byte(b);
+    }
+    crc.finish()
 }
 
 /// Whether any of the eight bytes of `word` is [`FLAG`] or [`ESCAPE`].
@@ -211,35 +240,54 @@ fn has_flag_or_escape(word: u64) -> bool {
     has_zero(word ^ (ONES * u64::from(FLAG))) || has_zero(word ^ (ONES * u64::from(ESCAPE)))
 }
 
-/// Appends `bytes` with [`FLAG`] and [`ESCAPE`] escaped: runs without either (eight bytes
-/// checked at a time) are copied whole.
-fn push_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
-    let mut run = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(word) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes([word[0], word[1], word[2], word[3], word[4], word[5], word[6], word[7]]);
-            if !has_flag_or_escape(word) {
-                i += 8;
-                continue;
-            }
-        }
-        let b = bytes[i];
-        if b == FLAG || b == ESCAPE {
-            out.extend_from_slice(&bytes[run..i]);
-            out.extend_from_slice(&[ESCAPE, b ^ 0x20]);
-            run = i + 1;
-        }
-        i += 1;
-    }
-    out.extend_from_slice(&bytes[run..]);
-}
-
-/// Appends one frame: `payload ‖ CRC (LE)`, 0x7E and 0x7D escaped, then 0x7E.
+/// Appends one frame: `payload ‖ CRC (LE)`, 0x7E and 0x7D escaped, then 0x7E. One pass over
+/// the payload, eight bytes at a time, for the CRC and the escapes; runs without a byte to
+/// escape are copied whole.
 pub fn push_frame(out: &mut Vec<u8>, payload: &[u8]) {
     out.reserve(payload.len() + 8);
-    push_escaped(out, payload);
-    push_escaped(out, &crc16_x25(payload).to_le_bytes());
+    let mut crc = Crc(0xFFFF);
+    let mut zeros = 0;
+    // Start of the payload bytes not yet copied.
+    let mut run = 0;
+    let escape = |out: &mut Vec<u8>, at: usize, b: u8, run: &mut usize| {
+        out.extend_from_slice(&payload[*run..at]);
+        out.extend_from_slice(&[ESCAPE, b ^ 0x20]);
+        *run = at + 1;
+    };
+    let mut chunks = payload.chunks_exact(8);
+    for (i, c) in (&mut chunks).enumerate() {
+        let word = word_of(c);
+        if word == 0 {
+            zeros += 1;
+            continue;
+        }
+        crc.zero_words(zeros);
+        zeros = 0;
+        crc.word(c);
+        if has_flag_or_escape(word) {
+            for (k, &b) in c.iter().enumerate() {
+                if b == FLAG || b == ESCAPE {
+                    escape(out, 8 * i + k, b, &mut run);
+                }
+            }
+        }
+    }
+    crc.zero_words(zeros);
+    let tail = payload.len() - chunks.remainder().len();
+    for (k, &b) in chunks.remainder().iter().enumerate() {
+        crc.byte(b);
+        if b == FLAG || b == ESCAPE {
+            escape(out, tail + k, b, &mut run);
+        }
+    }
+    out.extend_from_slice(&payload[run..]);
+    for b in crc.finish().to_le_bytes() {
+        if b == FLAG || b == ESCAPE {
+            out.extend_from_slice(&[ESCAPE, b ^ 0x20]);
+        } else {
+            out.push(b);
+        }
+    }
     out.push(FLAG);
 }
 
