@@ -7,7 +7,8 @@
 //! 0xB173 v24, 0xB193 v1/22, 0xB063 v1/4, 0xB087 v1/3, 0xB0A4 v1/2. The bytes equal what
 //! `traces/diaglog/emufeed.py` (`encode_feed_message`) makes of the JSON line of the same
 //! message; the mapping is documented there and in `../../DIAG_FEED.md`, and
-//! `tests/test_diag_mi2log_crosslang.py` holds the two to it.
+//! `tests/test_diag_mi2log.py` (`test_rust_mi2log_is_the_python_encoding_of_the_json_feed`)
+//! holds the two to it.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
