@@ -8,7 +8,9 @@ condition), with, per scheme, the PLT and what the kernel and the ground truth s
   delay rise, the early exit CLAW §3 blames); ``loss_exit``: the share that left it on a loss;
 - the airtime split (:mod:`clawbed.replay.airtime`): the share of the data phase the UE's
   base-station queue held data (``queued``), the sender held data back (``window``: the only
-  time any congestion control can win), or nobody had data (``app``).
+  time any congestion control can win), or nobody had data (``app``);
+- for CLAW, the share of the server's samples in its ``wireline`` mode (the detector's verdict:
+  CLAW then runs on Cubic's window) and with no feedback in force.
 
 ``clawbed suite decompose SPEC --sweep S`` prints it; the docs' paper-results page holds the
 measured table.
@@ -35,6 +37,10 @@ class LoadFacts:
     rto: int | None
     ss_exit: float | None
     loss_exit: float | None
+    #: Shares of the load's tcp.csv samples in CLAW's wireline and no-feedback modes (None: no
+    #: CLAW window in the samples, a kernel CC).
+    wireline: float | None = None
+    no_feedback: float | None = None
 
 
 def load_dir(row: LoadRow) -> Path | None:
@@ -66,8 +72,12 @@ def load_facts(row: LoadRow) -> LoadFacts:
     netstat = folder / "netstat.json"
     if netstat.is_file():
         rto = int(json.loads(netstat.read_text()).get("TcpExtTCPTimeouts", 0))
-    flows, early, loss = slow_start_exits(read_csv(folder / "tcp.csv"))
-    return LoadFacts(rto, early / flows if flows else None, loss / flows if flows else None)
+    tcp = read_csv(folder / "tcp.csv")
+    flows, early, loss = slow_start_exits(tcp)
+    modes = [m for m in tcp.get("claw_mode", []) if m]
+    share = (lambda mode: modes.count(mode) / len(modes)) if modes else (lambda mode: None)
+    return LoadFacts(rto, early / flows if flows else None, loss / flows if flows else None,
+                     share("wireline"), share("no_feedback"))
 
 
 def _mean(values: Iterable[float | None]) -> float:
@@ -99,6 +109,8 @@ def decompose(rows: list[LoadRow], *, with_late: bool = False) -> list[dict[str,
             "rto_per_load": _mean(f.rto for f in facts),
             "ss_exit_early": _mean(f.ss_exit for f in facts),
             "ss_exit_loss": _mean(f.loss_exit for f in facts),
+            "claw_wireline": _mean(f.wireline for f in facts),
+            "claw_no_feedback": _mean(f.no_feedback for f in facts),
         }
         for key in ("queued", "window", "app"):
             line[f"{key}_share"] = _mean(getattr(s, f"{key}_ms") / s.plt_ms if s.plt_ms else None for s in splits)
@@ -116,14 +128,15 @@ def decompose(rows: list[LoadRow], *, with_late: bool = False) -> list[dict[str,
 COLUMNS = (("factors", "factor set"), ("scheme", "scheme"), ("loads", "loads"), ("plt_mean_s", "PLT mean s"),
            ("vs_cubic_pct", "faster than cubic %"), ("rto_per_load", "RTOs/load"),
            ("ss_exit_early", "early SS exit"), ("ss_exit_loss", "SS exit on loss"), ("queued_share", "queued"),
-           ("window_share", "held back"), ("app_share", "app"))
+           ("window_share", "held back"), ("app_share", "app"), ("claw_wireline", "CLAW wireline"),
+           ("claw_no_feedback", "CLAW no feedback"))
 
 
 def cell(key: str, value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
-        if key.endswith("_share") or key.startswith("ss_exit"):
+        if key.endswith("_share") or key.startswith(("ss_exit", "claw_")):
             return f"{100 * value:.0f} %"
         return f"{value:+.1f}" if key == "vs_cubic_pct" else f"{value:.2f}"
     return str(value)
