@@ -77,3 +77,16 @@ def test_a_mahimahi_import_under_proportional_fair_is_warned_about(tmp_path: Pat
     Replay(ReplayConfig(trace=down, page="set-01", schemes=["cubic"], runs=1, output_root=tmp_path, name="bf",
                         scheduler="background-first"), heard.append)
     assert not any(e.kind == "warning" for e in heard)
+
+
+def test_a_phone_log_gets_the_bandwidth_its_allocations_need(tmp_path: Path, state: Path) -> None:
+    """A diag log does not carry the cell's bandwidth: the Pixel XL log's largest allocation is
+    47 RBs, so it is a 10 MHz cell (the importer's 20 MHz default would double the UE's room)."""
+    from clawbed.paths import shared_data
+
+    log = shared_data("real-logs/hackathon2018_PixelXL_2018-08-25.mi2log")
+    if log is None:
+        pytest.skip("needs the third-party recordings (CLAWBED_SHARED or ../shared beside the repository)")
+    notes: list[str] = []
+    trace = read_trace(inputs.as_trace(log, notes.append))
+    assert trace.metadata["cell"]["n_rb"] == 50 and "largest allocation (47 RBs)" in notes[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from clawbed.errors import InputError
 from clawbed.paths import REPO_ROOT, state_dir
@@ -21,7 +22,7 @@ TRACE_SUFFIXES = (".cbt", ".csv")
 #: What ``--trace`` accepts, for help and error texts.
 ACCEPTED = "a PHY trace (.cbt, .csv), a phone diag log (.mi2log, .qmdl) or a Mahimahi trace (.down)"
 #: The code whose change invalidates a cached import.
-_IMPORTER_CODE = ("traces/importers.py", "traces/diaglog", "traces/schema.py", "traces/binary.py")
+_IMPORTER_CODE = ("traces/importers.py", "traces/diaglog", "traces/schema.py", "traces/binary.py", "traces/inputs.py")
 
 
 def importer_fingerprint() -> str:
@@ -34,6 +35,24 @@ def importer_fingerprint() -> str:
                 digest.update(file.relative_to(REPO_ROOT).as_posix().encode())
                 digest.update(file.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def import_phone_log(path: Path) -> tuple[Any, str]:
+    """A phone diag log at the smallest LTE bandwidth that holds its largest allocation (a diag
+    log does not carry the cell's bandwidth; the importer's 20 MHz default would double a 10 MHz
+    cell's room), and the rule's one-line account. A log whose RBs are only estimated (the MAC
+    path: no 0xB173) bounds nothing and stays at 20 MHz."""
+    from clawbed.lte import N_RB_BY_BANDWIDTH_MHZ
+    from clawbed.traces import importers
+
+    probe = importers.import_mobileinsight(path, bandwidth_mhz=20.0)
+    if probe.metadata.get("provenance", {}).get("path") == "mac-fallback":
+        return probe, "20 MHz: its RBs are estimated (MAC blocks only), so they bound no bandwidth"
+    largest = int(probe["own_rbs"].max())
+    bandwidth = min(b for b, n in N_RB_BY_BANDWIDTH_MHZ.items() if n >= max(largest, 1) and b >= 1.4)
+    trace = probe if bandwidth == 20.0 else importers.import_mobileinsight(path, bandwidth_mhz=bandwidth)
+    return trace, (f"{bandwidth:g} MHz, the smallest LTE bandwidth holding its largest allocation ({largest} RBs); "
+                   f"`clawbed trace import --bandwidth-mhz` for another")
 
 
 def needs_import(path: Path) -> bool:
@@ -67,7 +86,9 @@ def as_trace(path: Path, note: Callable[[str], None] | None = None) -> Path:
     from clawbed.traces.io import write_trace
 
     if kind == "mobileinsight":
-        trace = importers.import_mobileinsight(path)
+        trace, rule = import_phone_log(path)
+        if note:
+            note(f"{path.name}: {rule}")
     else:
         trace = importers.import_mahimahi(path, bandwidth_mhz=20.0, n_antennas=2)
     out.parent.mkdir(parents=True, exist_ok=True)
