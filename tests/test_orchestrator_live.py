@@ -65,7 +65,7 @@ def test_regression_caught_and_unchanged_passes(tmp_path: Path) -> None:
 
     # The unchanged rerun is checked at a threshold of ×1.3: on a shared 2-core machine the
     # machine's load alone moves a scenario's PLT between two sweeps minutes apart (measured
-    # up to ×1.08 with an interval clear of 1, see the README's regression section), so the
+    # up to ×1.08 with an interval clear of 1, see docs/guide/suites.md, "How small a change the check catches"), so the
     # default ×1.05 would test the machine, not the check. A 3× core RTT is about ×2.
     same = _run(["regress", str(base_spec), "--baseline", str(baseline), "--sweep", "same",
                  "--threshold", "1.3", "--junit", str(tmp_path / "same.xml")], tmp_path)

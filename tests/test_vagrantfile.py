@@ -1,5 +1,5 @@
 """The Vagrantfile: valid for Vagrant (checked offline), a Debian 12 box provisioned by the
-project's install script plus Grafana, ports and folders as the README says."""
+project's install script plus Grafana, ports and folders as the README and docs/guide/dashboards.md say."""
 
 from __future__ import annotations
 
