@@ -5,7 +5,7 @@ real-time thread that becomes runnable still waits for whatever kernel work its 
 to reach a preemption point. A page load does plenty of such work (a browser's page faults
 and unmaps, nginx's and the loader's socket copies), so with those free to run on the
 clock's CPU the cell clock is late by 1–3 ms during about half of the busy-cell Chromium
-loads on 2 vCPUs, and each such load is run again (README, "Timing integrity per load").
+loads on 2 vCPUs, and each such load is run again (docs/guide/replay.md, "Timing integrity per load").
 
 What: the replay confines its own process (every thread) to the other CPUs before it starts
 anything, so the namespaces' programs, nginx, the loader, the schemes' agents and the
@@ -14,7 +14,7 @@ are pinned to the reserved CPU by its config (``affinity``). The process's affin
 back when the run ends.
 
 What it costs, hence the default: everything but the clock then shares the remaining CPUs.
-On 2 vCPUs (measured, README) the late Chromium loads fell from 5 of 10 to 0 of 10, but the
+On 2 vCPUs (measured, docs/guide/replay.md) the late Chromium loads fell from 5 of 10 to 0 of 10, but the
 CI suite's idle-cell CLAW PLT rose 7–8 % against its baseline in two sweeps (Cubic 1–2 %,
 and 3 % with no reservation): the scheme that sends in bursts waits for a busier CPU. A bias
 between schemes is worse than a late clock, which is at least flagged and re-run, so the

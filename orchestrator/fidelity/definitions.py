@@ -51,7 +51,7 @@ class RowDef(BaseModel):
     optional: list[str] = []
     params: dict[str, Any] = {}
     quick: dict[str, Any] = {}
-    #: Rough run time of the full profile, minutes (documented in the README's table).
+    #: Rough run time of the full profile, minutes (documented in docs/fidelity.md's table).
     full_minutes: float = Field(1.0, ge=0)
     #: Rough run time of the quick profile, minutes.
     quick_minutes: float = Field(0.5, ge=0)
