@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
-from rich.console import Console
 
 from clawbed.emulator.truth import read_truth
 from clawbed.errors import InputError
 from clawbed.replay import airtime
 from clawbed.replay.rundir import RESULTS_JSONL
-from clawbed.tables import TerminalTable
+from clawbed.tables import Column, Listing, format_option
 from clawbed.traces import bwest
 
 if TYPE_CHECKING:
@@ -235,10 +234,15 @@ def airtime_summary(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _ms(value: float) -> str:
+    return f"{value:,.0f}"
+
+
 @analyze.command("airtime")
 @click.argument("target", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
-def airtime_command(target: Path, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON (one document; --format json: a line each)")
+@format_option
+def airtime_command(target: Path, as_json: bool, fmt: str | None) -> None:
     """Split each load's time by what held it up, from the ground truth: the UE's base-station
     queue held data (the air set the pace), the queue was empty while the sender held data back
     (its window, pacing or the receiver stopped it: the room a faster sender can take), or it
@@ -248,10 +252,11 @@ def airtime_command(target: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    table = TerminalTable(title="airtime of the loads' data phase (mean ms per load)")
-    for col in ("scenario", "scheme", "loads", "PLT", "queued at the BS", "held back by the sender", "nothing to send"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["label"], r["scheme"], str(r["loads"]), f"{r['plt_ms']:,.0f}", f"{r['queued_ms']:,.0f}",
-                      f"{r['window_ms']:,.0f}", f"{r['app_ms']:,.0f}")
-    Console(width=200).print(table)
+    Listing("airtime of the loads' data phase (mean ms per load)", (
+        Column("run", in_table=False), Column("label", "scenario", fit="wrap", min_width=20),
+        Column("scheme"), Column("loads", justify="right"), Column("plt_ms", "PLT", justify="right", show=_ms),
+        Column("queued_ms", "queued at the BS", fit="wrap", min_width=7, justify="right", show=_ms),
+        Column("window_ms", "held back by the sender", fit="wrap", min_width=7, justify="right", show=_ms),
+        Column("app_ms", "nothing to send", fit="wrap", min_width=7, justify="right", show=_ms),
+    ), [[r[k] for k in ("run", "label", "scheme", "loads", "plt_ms", "queued_ms", "window_ms", "app_ms")]
+        for r in rows]).render(fmt)

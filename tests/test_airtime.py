@@ -161,3 +161,12 @@ def test_a_split_exported_with_its_load_reports_without_the_run(tmp_path: Path) 
         assert store.import_rows(read_csv_rows(csv_path)) == 2
         imported = store.loads(suite="s")
     assert airtime_notes(numbers, imported) == expected
+
+
+def test_cli_table_fits_80_columns_and_csv_when_piped(tmp_path: Path) -> None:
+    _run(tmp_path, [_sample(0.0, notsent_bytes=0), _sample(0.9995, notsent_bytes=1)])
+    table = CliRunner().invoke(analyze, ["airtime", str(tmp_path), "--format", "table"], env={"COLUMNS": "80"})
+    assert table.exit_code == 0, table.output
+    assert max(len(line) for line in table.output.splitlines()) <= 80 and "busy-cell" in table.output
+    piped = CliRunner().invoke(analyze, ["airtime", str(tmp_path)])
+    assert piped.output.splitlines()[0] == "run,label,scheme,loads,plt_ms,queued_ms,window_ms,app_ms"
