@@ -301,7 +301,8 @@ def test_gzip_on_shrinks_the_bytes_on_the_wire_over_the_cell(clawbed_cli: Path, 
         wire[name] = _wire_bytes(tmp_path / "runs" / name)
     total = sum(len(v) for v in files.values())
     assert decoded == {"gzip": total, "no-gzip": total}
-    # The files (the last ACKs may land after the sampler's last 10 ms sample, and a flow that
-    # closes first leaves its last ones out: 87 % in one CI run).
-    assert wire["no-gzip"] >= 0.75 * total, wire
+    # Most of the files: the sampler's bytes_acked misses the ACKs after its last 10 ms sample,
+    # and a flow that closes between samples leaves its last ones out (73-87 % in CI runs);
+    # the claim is the ratio below, with gzip's bytes a small part of the plain ones.
+    assert wire["no-gzip"] >= 0.5 * total, wire
     assert wire["gzip"] < wire["no-gzip"] / 3, wire
