@@ -88,6 +88,10 @@ def parser() -> argparse.ArgumentParser:
                                                   "there, so `clawbed cleanup` removes them after a crash")
     mark.add_argument("--ack-map", type=Path, help="instead of --mark-dev: the pinned config map of a marker "
                                                    "loaded by someone else")
+    p.add_argument("--ready-file", type=Path,
+                   help="once the client can do its job (ACK marker attached, feedback socket open, diag feed "
+                        "connected), append a line 'ready ue=<id> pid=<pid>' to this file or FIFO (a launcher's "
+                        "readiness signal; the first estimate comes later, with the feed's first message)")
     p.add_argument("--connect-timeout-s", type=float, default=10.0,
                    help="how long to retry the diag feed while it refuses (default 10)")
     p.add_argument("--client-impl", choices=IMPLS, default=None,

@@ -1,8 +1,8 @@
 """The CLAW client daemon of one UE (asyncio).
 
-- reads the UE's diag feed (``clawbed.emulator.diag.subscribe`` inside the UE namespace, or
-  127.0.0.1:<port> of the namespace it runs in) and feeds :class:`~.core.ClientCore` every
-  message; with ``--feed mi2log``, the same feed as the phone's diag byte stream (HDLC
+- reads the UE's diag feed (127.0.0.1:<port> of the UE namespace, or of the namespace it
+  runs in), says so on ``--ready-file`` once connected (:func:`signal_ready`), and feeds
+  :class:`~.core.ClientCore` every message; with ``--feed mi2log``, the same feed as the phone's diag byte stream (HDLC
   frames of log packets, the emulator's port ``diag port + 1`` or a pseudo-terminal /
   serial device), decoded by the diag-log codec (:func:`.feed.mi2log_stream`) into the
   same messages;
@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,6 +91,8 @@ class DaemonConfig:
     mi2log_port: int | None = None
     #: A pseudo-terminal or serial device to read the byte stream from instead of TCP.
     device: Path | None = None
+    #: Where to say "ready" once the feed is open (:func:`signal_ready`); None: nowhere.
+    ready_file: Path | None = None
 
 
 @dataclass
@@ -115,41 +117,17 @@ def _socket(netns: str | None, kind: int) -> socket.socket:
     return socket_in_namespace(netns, socket.AF_INET, kind)
 
 
-async def _local_feed(port: int, connect_timeout_s: float) -> AsyncIterator[dict[str, Any]]:
-    """The feed at 127.0.0.1:``port`` of this process's namespace (retrying while refused)."""
-    deadline = time.monotonic() + connect_timeout_s
-    while True:
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=MAX_LINE_BYTES)
-            break
-        except ConnectionRefusedError:
-            if time.monotonic() >= deadline:
-                raise ClientError(f"diag feed 127.0.0.1:{port}: connection refused for {connect_timeout_s} s "
-                                  "(is the emulator running, and is this the UE's namespace?)") from None
-            await asyncio.sleep(0.05)
-    try:
-        while True:
-            line = await reader.readline()
-            if not line.endswith(b"\n"):
-                return
-            try:
-                message = json.loads(line)
-            except ValueError as e:
-                raise ClientError(f"diag feed 127.0.0.1:{port}: not a JSON line ({e}): {line[:120]!r}") from e
-            yield message
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-
-
-async def _stream_connection(config: DaemonConfig, port: int) -> tuple[asyncio.StreamReader, Any]:
+async def _stream_connection(config: DaemonConfig, port: int, what: str) -> tuple[asyncio.StreamReader, Any]:
     """A connection to 127.0.0.1:``port`` (in the UE namespace when given), retrying while
-    refused; (reader, closer)."""
+    refused; (reader, closer). ``what`` names the feed in errors."""
     loop = asyncio.get_running_loop()
     deadline = time.monotonic() + config.connect_timeout_s
+    where = f"{what} 127.0.0.1:{port}" + (f" in namespace {config.netns}" if config.netns else "")
     while True:
-        sock = _socket(config.netns, socket.SOCK_STREAM)
+        try:
+            sock = _socket(config.netns, socket.SOCK_STREAM)
+        except ClawbedError as e:
+            raise ClientError(f"{where}: {e}") from e
         sock.setblocking(False)
         try:
             await loop.sock_connect(sock, ("127.0.0.1", port))
@@ -157,15 +135,48 @@ async def _stream_connection(config: DaemonConfig, port: int) -> tuple[asyncio.S
         except ConnectionRefusedError:
             sock.close()
             if time.monotonic() >= deadline:
-                raise ClientError(f"mi2log feed 127.0.0.1:{port}: connection refused for {config.connect_timeout_s} s "
-                                  "(is the emulator running with diag.mi2log.tcp, and is this the UE's "
+                raise ClientError(f"{where}: connection refused for {config.connect_timeout_s} s "
+                                  "(is the emulator running with this feed, and is this the UE's "
                                   "namespace?)") from None
             await asyncio.sleep(0.05)
         except OSError as e:
             sock.close()
-            raise ClientError(f"mi2log feed 127.0.0.1:{port}: {e.strerror or e}") from e
-    reader, writer = await asyncio.open_connection(sock=sock)
+            raise ClientError(f"{where}: {e.strerror or e}") from e
+    reader, writer = await asyncio.open_connection(sock=sock, limit=MAX_LINE_BYTES)
     return reader, writer
+
+
+async def _json_feed(config: DaemonConfig, on_connected: Callable[[], None]) -> AsyncIterator[dict[str, Any]]:
+    """The emulator's JSON-lines feed at 127.0.0.1:``diag_port`` (in the UE namespace when
+    given); ``on_connected`` runs once connected, before the first message (which the
+    phone's feed timing sends only at its first flush)."""
+    port = config.diag_port
+    reader, writer = await _stream_connection(config, port, "diag feed")
+    on_connected()
+    # Whatever has arrived is read at once and split here (a subframe brings ~5 lines).
+    partial = b""
+    try:
+        while True:
+            try:
+                chunk = await reader.read(STREAM_READ_BYTES)
+            except (ConnectionResetError, OSError):
+                return
+            if not chunk:
+                return  # closed; a line cut short (the emulator stopped mid-line) is dropped
+            *lines, partial = (partial + chunk).split(b"\n")
+            if len(partial) > MAX_LINE_BYTES:
+                raise ClientError(f"diag feed 127.0.0.1:{port}: a line longer than {MAX_LINE_BYTES} bytes: "
+                                  f"{partial[:120]!r}")
+            for line in lines:
+                try:
+                    message = json.loads(line)
+                except ValueError as e:
+                    raise ClientError(f"diag feed 127.0.0.1:{port}: not a JSON line ({e}): {line[:120]!r}") from e
+                yield message
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 async def _device_reader(path: Path) -> tuple[asyncio.StreamReader, Any]:
@@ -190,13 +201,14 @@ async def _device_reader(path: Path) -> tuple[asyncio.StreamReader, Any]:
     return reader, transport
 
 
-async def _mi2log_feed(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
+async def _mi2log_feed(config: DaemonConfig, on_connected: Callable[[], None]) -> AsyncIterator[dict[str, Any]]:
     """The UE's feed as the diag byte stream, decoded into MobileInsight-shaped messages."""
     if config.device is not None:
         reader, closer = await _device_reader(config.device)
     else:
         port = config.mi2log_port if config.mi2log_port is not None else config.diag_port + 1
-        reader, closer = await _stream_connection(config, port)
+        reader, closer = await _stream_connection(config, port, "mi2log feed")
+    on_connected()
     stream = mi2log_stream()
     try:
         while True:
@@ -215,14 +227,29 @@ async def _mi2log_feed(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
                 await closer.wait_closed()
 
 
-def feed_messages(config: DaemonConfig) -> AsyncIterator[dict[str, Any]]:
-    """The UE's diag feed as an async iterator of message dicts."""
+def feed_messages(config: DaemonConfig, on_connected: Callable[[], None] = lambda: None
+                  ) -> AsyncIterator[dict[str, Any]]:
+    """The UE's diag feed as an async iterator of message dicts; ``on_connected`` runs once
+    the feed's connection (or device) is open."""
     if config.feed == "mi2log":
-        return _mi2log_feed(config)
-    if config.netns is None:
-        return _local_feed(config.diag_port, config.connect_timeout_s)
-    from clawbed.emulator.diag import subscribe
-    return subscribe(config.netns, config.diag_port, connect_timeout_s=config.connect_timeout_s)
+        return _mi2log_feed(config, on_connected)
+    return _json_feed(config, on_connected)
+
+
+def signal_ready(path: Path, ue_id: int) -> None:
+    """Append ``ready ue=<id> pid=<pid>`` to ``path`` (a regular file, or a FIFO its reader
+    holds open: non-blocking, so a reader that went away is an error rather than a hang);
+    one short write, so several clients can share one FIFO. The fast client writes the same."""
+    import os
+    line = f"ready ue={ue_id} pid={os.getpid()}\n".encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise ClientError(f"--ready-file {path}: {e.strerror or e}") from e
 
 
 class _EchoProtocol(asyncio.DatagramProtocol):
@@ -293,8 +320,9 @@ class ClientDaemon:
             # on; the subframes missed are a gap the analyzer handles).
             config = self.config if first else replace(self.config, connect_timeout_s=RECONNECT_TIMEOUT_S)
             got_any = False
+            on_connected = self._ready if first else (lambda: None)
             try:
-                async for message in feed_messages(config):
+                async for message in feed_messages(config, on_connected):
                     if not got_any and not first:
                         self.report.feed_reconnects += 1
                         print("claw-client: the diag feed closed; reconnected", file=sys.stderr)
@@ -307,6 +335,12 @@ class ClientDaemon:
             if not got_any and not first:
                 return
             first = False
+
+    def _ready(self) -> None:
+        """The feed is open, and so are the feedback socket, the marker and the log: the
+        client can do its job (its first estimate comes with the feed's first message)."""
+        if self.config.ready_file is not None:
+            signal_ready(self.config.ready_file, self.config.client.ue_id)
 
     def _handle(self, message: dict[str, Any]) -> None:
         try:
@@ -415,7 +449,8 @@ def _config(args: argparse.Namespace, server: tuple[str, int], key: bytes) -> Da
                           server=f"{server[0]}:{server[1]}", first_seq=first_seq, clamp=args.clamp)
     return DaemonConfig(client=client, server=server, key=key, diag_port=args.diag_port, netns=args.netns,
                         log_path=args.log, log_period_ms=args.log_period_ms, connect_timeout_s=args.connect_timeout_s,
-                        feed=args.feed, mi2log_port=args.mi2log_port, device=args.mi2log_device)
+                        feed=args.feed, mi2log_port=args.mi2log_port, device=args.mi2log_device,
+                        ready_file=args.ready_file)
 
 
 def run_reference(args: argparse.Namespace, server: tuple[str, int], key: bytes) -> int:

@@ -88,6 +88,8 @@ def run_argv(args: Any, *, ack_map: Path | None) -> list[str]:
         argv += ["--netns", args.netns]
     if ack_map is not None:
         argv += ["--ack-map", str(ack_map)]
+    if args.ready_file is not None:
+        argv += ["--ready-file", str(args.ready_file)]
     argv += ["--batch-ms", str(args.batch_ms)]
     return argv
 

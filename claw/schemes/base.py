@@ -32,6 +32,7 @@ import ipaddress
 import math
 import os
 import re
+import select
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,9 +45,92 @@ from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wai
 
 #: name → scheme class, filled by :func:`register_scheme`.
 SCHEMES: dict[str, type[Scheme]] = {}
-#: How long a scheme's clients may take to become ready (CLAW's: to connect to the diag feed
-#: and log its first estimates), s.
+#: How long a scheme's clients may take to become ready (CLAW's: ACK marker attached, feedback
+#: socket open, diag feed connected), s.
 CLIENT_READY_TIMEOUT_S = 10.0
+#: How often a wait for readiness checks that the processes it waits for still run, s (the
+#: readiness itself wakes the wait at once: :class:`ReadySignal`).
+READY_CHECK_INTERVAL_S = 0.05
+#: How often :meth:`Scheme.wait_clients_ready`'s default polls :meth:`Scheme.client_ready`, s.
+READY_POLL_INTERVAL_S = 0.005
+
+
+class ReadySignal:
+    """A FIFO at ``path`` on which a scheme's processes say they are ready, one line each
+    (``ready ue=<id> pid=<pid>``, ``ready agent pid=<pid>``), so the scheme wakes the moment
+    they are rather than polling files. Lines of at most PIPE_BUF bytes are written whole,
+    so any number of processes share it. :meth:`close` removes it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a previous load's, in a reused directory
+        try:
+            os.mkfifo(path, 0o600)
+        except OSError as e:
+            raise ResourceError(f"creating the readiness FIFO {path}: {e.strerror}") from e
+        self._read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # Held open so that the read end never sees end-of-file between two writers.
+        self._hold = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        self._partial = b""
+        #: Every word that followed "ready" so far (``ue=0``, ``agent``).
+        self.seen: set[str] = set()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read, 4096)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            *lines, self._partial = (self._partial + data).split(b"\n")
+            for line in lines:
+                words = line.decode(errors="replace").split()
+                if len(words) >= 2 and words[0] == "ready":
+                    self.seen.add(words[1])
+
+    def wait(self, wanted: dict[str, tuple[str, OwnedProcess, Path | None]], deadline: float) -> None:
+        """Return once every key of ``wanted`` (``ue=0``, ``agent``) said ready; each value is
+        (what to call it, its process, its log). A process that exits first, or a deadline
+        (``time.monotonic()``) passed, raises :class:`ResourceError` naming it and its log."""
+        while True:
+            self._drain()
+            missing = [k for k in wanted if k not in self.seen]
+            if not missing:
+                return
+            for key in missing:
+                what, proc, log_path = wanted[key]
+                if not proc.alive():
+                    self._drain()  # it may have said ready just before it ended
+                    if key in self.seen:
+                        continue
+                    raise ResourceError(f"{what} exited with status {proc.popen.returncode} before it was ready"
+                                        f"{log_tail(log_path)}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                names = ", ".join(f"{wanted[k][0]} (log: {wanted[k][2]})" for k in missing)
+                raise ResourceError(f"timed out waiting for {names} to be ready")
+            select.select([self._read], [], [], min(left, READY_CHECK_INTERVAL_S))
+
+    def close(self) -> None:
+        for fd in (self._read, self._hold):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._read = self._hold = -1
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def log_tail(log_path: Path | None, chars: int = 1500) -> str:
+    """``: <the log's last lines> (log: <path>)``, for an error about a process that ended."""
+    if log_path is None:
+        return ""
+    try:
+        tail = log_path.read_text(errors="replace")[-chars:].strip()
+    except OSError:
+        tail = ""
+    return (f": {tail}" if tail else "") + f" (log: {log_path})"
 
 
 @dataclass
@@ -202,9 +286,25 @@ class Scheme:
         """Whether the client on ``ue`` is ready (the default: as soon as it runs)."""
         return True
 
+    def wait_clients_ready(self, ctx: SchemeContext, agents: Sequence[ClientAgent], procs: Sequence[OwnedProcess],
+                           deadline: float) -> None:
+        """Return once every client is ready; raise :class:`ResourceError` naming the client
+        and its log when one exits first or ``deadline`` (``time.monotonic()``) passes. The
+        default polls :meth:`client_ready`; a scheme whose clients signal readiness
+        themselves overrides this (CLAW: :class:`ReadySignal`)."""
+        for agent, proc in zip(agents, procs):
+            def ready(agent: ClientAgent = agent, proc: OwnedProcess = proc) -> bool:
+                if not proc.alive():
+                    raise ResourceError(f"{agent.name} exited with status {proc.popen.returncode} before it was "
+                                        f"ready{log_tail(agent.log_path)}")
+                return self.client_ready(ctx, agent.ue)
+
+            wait_until(ready, max(deadline - time.monotonic(), 0.05), f"{agent.name} to be ready (log: "
+                       f"{agent.log_path})", interval_s=READY_POLL_INTERVAL_S)
+
     def start_clients(self, ctx: SchemeContext, timeout_s: float = CLIENT_READY_TIMEOUT_S) -> list[OwnedProcess]:
         """Start :meth:`client_agents` as processes owned by the scheme, and return once each
-        is ready (:meth:`client_ready`); a client that exits first, or is not ready in time,
+        is ready (:meth:`wait_clients_ready`); a client that exits first, or is not ready in time,
         raises :class:`~clawbed.netns.ResourceError` naming its log. In time: ``timeout_s``
         for every round of as many clients as there are CPUs (they start at once and share
         them: 44 CLAW clients, Fig 19's cell, take longer than 10 s on 2 CPUs)."""
@@ -216,15 +316,7 @@ class Scheme:
             self.stack.callback(proc.close)
             procs.append(proc)
         deadline = time.monotonic() + timeout_s * math.ceil(len(agents) / max(1, len(os.sched_getaffinity(0))))
-        for agent, proc in zip(agents, procs):
-            def ready(agent: ClientAgent = agent, proc: OwnedProcess = proc) -> bool:
-                if not proc.alive():
-                    raise ResourceError(f"{agent.name} exited with status {proc.popen.returncode} before it was "
-                                        f"ready (log: {agent.log_path})")
-                return self.client_ready(ctx, agent.ue)
-
-            wait_until(ready, max(deadline - time.monotonic(), 0.05), f"{agent.name} to be ready (log: "
-                       f"{agent.log_path})", interval_s=0.05)
+        self.wait_clients_ready(ctx, agents, procs, deadline)
         return procs
 
     def teardown(self) -> None:

@@ -12,22 +12,34 @@ Server side (in this order, undone in reverse):
    default goes back before it is unregistered);
 4. a key (``<run_dir>/claw-key``, 32 random bytes, mode 0600) shared with the clients;
 5. the agent (``python -m clawbed.claw.server.agent``) in the server namespace, each UE id
-   bound to its address; ready when its stats file appears.
+   bound to its address: started right after the bpffs and the key, so that its interpreter
+   starts while 2 and 3 load (it opens the maps once they are pinned); setup returns once it
+   says ``ready agent`` on the scheme's readiness FIFO (``<run_dir>/claw-ready``).
 
 Client side: the client engineer's daemon (``python -m clawbed.claw.client``), one per UE,
-given the agent's address, the key, the diag port and the device to mark ACKs on.
+given the agent's address, the key, the diag port, the device to mark ACKs on and the
+readiness FIFO; ``start_clients`` returns once each said ``ready ue=<id>`` there (ACK marker
+attached, feedback socket open, diag feed connected), not at its first estimate.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from clawbed.claw.schemes.base import ClientAgent, Scheme, SchemeContext, UeEndpoint, register_scheme
+from clawbed.claw.schemes.base import (
+    ClientAgent,
+    ReadySignal,
+    Scheme,
+    SchemeContext,
+    UeEndpoint,
+    log_tail,
+    register_scheme,
+)
 from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl, cc_name
 from clawbed.netns import OwnedProcess, ResourceError
 
@@ -75,14 +87,24 @@ class Claw(Scheme):
                                f"({self.cc_variant}_<run id>); set the scheme up first")
         return self.cc.name
 
+    def ready_path(self, ctx: SchemeContext) -> Path:
+        """The readiness FIFO the agent and the clients say ``ready`` on (:class:`ReadySignal`)."""
+        return ctx.run_dir / f"{self.name}{'-' + ctx.instance if ctx.instance else ''}-ready"
+
     def _setup_server(self, ctx: SchemeContext) -> None:
         res = ctx.resources
+        self.ready = ReadySignal(self.ready_path(ctx))
+        self.stack.callback(self.ready.close)
         # Named for the run and instance, one per scheme so that claw and its variants could
         # share a run, and per instance so that other UEs can too.
         role = self.bpffs_role + ctx.instance
         bpffs = BpffsMount(ctx.run_dir / res.name(role), res.name(role), ledger=res.ledger)
         self.stack.callback(bpffs.close)
         self.bpffs = bpffs
+        self.key_path = ensure_key(ctx.run_dir / "claw-key")
+        # The agent first: its interpreter starts while the BPF objects load, and it opens
+        # the maps once the CC has pinned them.
+        self.agent = self._start_agent(ctx)
         # The ACK-flag reader before the CC: when another instance of the run already reads
         # this device, this one shares its flag map, which the CC must then find pinned.
         ingress = AckFlagsIngress(bpffs, ctx.server_ns, ctx.server_device, ledger=res.ledger)
@@ -94,42 +116,32 @@ class Claw(Scheme):
         # The default is set here, by the CC, so that it is restored before unregistering.
         if ctx.namespace_default:
             cc.set_namespace_default(ctx.server_ns)
-        self.key_path = ensure_key(ctx.run_dir / "claw-key")
-        self.agent = self._start_agent(ctx)
+        self.ready.wait({"agent": (f"the {self.name} agent", self.agent, self._agent_log(ctx))},
+                        time.monotonic() + AGENT_READY_TIMEOUT_S)
 
     def _set_default_cc(self, ctx: SchemeContext) -> None:
         pass  # done by CongestionControl.set_namespace_default in _setup_server
 
+    def _agent_log(self, ctx: SchemeContext) -> Path:
+        return ctx.run_dir / f"{self.name}-agent.log"
+
     def _start_agent(self, ctx: SchemeContext) -> OwnedProcess:
+        """Start the agent (ready once it says so on :meth:`ready_path`)."""
         stats = ctx.run_dir / f"{self.name}-agent.json"
         if stats.exists():
             stats.unlink()
         argv = [sys.executable, "-m", "clawbed.claw.server.agent",
                 "--listen", f"{ctx.server_address}:{ctx.agent_port}",
                 "--bpffs", str(self.bpffs.path), "--key-file", str(self.key_path),
-                "--period-ms", str(ctx.feedback_period_ms), "--stats-file", str(stats)]
+                "--period-ms", str(ctx.feedback_period_ms), "--stats-file", str(stats),
+                "--ready-file", str(self.ready_path(ctx)), "--wait-maps-s", str(AGENT_READY_TIMEOUT_S)]
         for ue in ctx.ues:
             argv += ["--ue", f"{ue.index}={ue.address}"]
         cmd = ctx.server_ns.command(argv)
-        log_path = ctx.run_dir / f"{self.name}-agent.log"
-        proc = OwnedProcess(cmd, name=f"{self.name}-agent", log_path=log_path)
+        proc = OwnedProcess(cmd, name=f"{self.name}-agent", log_path=self._agent_log(ctx))
         ctx.resources.record_process(proc.pid, name=f"{self.name}-agent", argv=cmd)
         self.stack.callback(proc.close)
-        deadline = time.monotonic() + AGENT_READY_TIMEOUT_S
-        while True:
-            if stats.exists():
-                try:
-                    if json.loads(stats.read_text()).get("ready"):
-                        return proc
-                except ValueError:
-                    pass  # replaced while being read
-            if not proc.alive():
-                tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
-                raise ResourceError(f"the {self.name} agent exited with status {proc.popen.returncode}: {tail.strip()}")
-            if time.monotonic() > deadline:
-                raise ResourceError(f"the {self.name} agent did not become ready in {AGENT_READY_TIMEOUT_S} s "
-                                    f"(log: {log_path})")
-            time.sleep(0.02)
+        return proc
 
     @property
     def cc_maps_dir(self) -> Path | None:
@@ -139,13 +151,19 @@ class Claw(Scheme):
         """The client's estimates, one row per feedback period (``claw/client/daemon.py``)."""
         return ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv"
 
-    def client_ready(self, ctx: SchemeContext, ue: UeEndpoint) -> bool:
-        """Ready once it has logged a row of estimates after the header: it reads the diag feed."""
-        log = self.client_log(ctx, ue)
-        try:
-            return log.read_bytes().count(b"\n") >= 2
-        except FileNotFoundError:
-            return False
+    def wait_clients_ready(self, ctx: SchemeContext, agents: Sequence[ClientAgent], procs: Sequence[OwnedProcess],
+                           deadline: float) -> None:
+        """Each client says ``ready ue=<id>`` on the scheme's FIFO once it can do its job: its
+        ACK marker attached, its feedback socket open, its diag feed connected. Its first
+        estimate comes later, with the feed's first message (the phone's feed timing sends
+        the first at its first flush, up to 300 ms on); until a report arrives the CC runs
+        as it does without feedback (Cubic)."""
+        wanted = {f"ue={a.ue.index}": (a.name, p, a.log_path) for a, p in zip(agents, procs)}
+        # The agent too: it must still serve (it said ready during setup).
+        if not self.agent.alive():
+            raise ResourceError(f"the {self.name} agent exited with status {self.agent.popen.returncode}"
+                                f"{log_tail(self._agent_log(ctx))}")
+        self.ready.wait(wanted, deadline)
 
     def client_agents(self, ctx: SchemeContext) -> list[ClientAgent]:
         agents = []
@@ -157,7 +175,7 @@ class Claw(Scheme):
                     "--variant", self.client_variant, *self.client_flags,
                     "--mark-dev", ue.device, "--run-id", ctx.resources.run_id, "--run-dir", str(ctx.run_dir),
                     "--ledger", str(ctx.resources.ledger.path),
-                    "--log", str(self.client_log(ctx, ue))]
+                    "--log", str(self.client_log(ctx, ue)), "--ready-file", str(self.ready_path(ctx))]
             if ue.diag_port is not None:
                 argv += ["--diag-port", str(ue.diag_port)]
             argv += ctx.client_args

@@ -19,7 +19,10 @@ For every datagram from a CLAW client:
 The agent runs in the server's namespace (its socket must be there; the maps are reached
 through pins in the run's bpffs, which any namespace can open). It logs its counters every
 ``--log-interval-s`` and on exit, and keeps them in ``--stats-file`` (JSON, replaced
-atomically; written first when the socket is bound, so its existence means "ready").
+atomically; written first when the socket is bound, so its existence means "ready"), and say
+``ready agent pid=<pid>`` on ``--ready-file`` then (the scheme's readiness FIFO). With
+``--wait-maps-s`` it may start before the congestion control has pinned its maps, and
+opens them once they appear: its interpreter's start overlaps the BPF loads.
 
 ``python -m clawbed.claw.server.agent --help`` for the command line.
 """
@@ -60,6 +63,8 @@ RESCAN_INTERVAL_NS = 1_000_000_000
 #: default feedback period, so a new connection is found by the first report after it
 #: (a limit of one period would skip every other report when they arrive a little early).
 RESCAN_IDLE_INTERVAL_NS = 50_000_000
+#: How often the maps' pins are looked for while the congestion control loads, s.
+PIN_POLL_S = 0.002
 WRONG_SOURCE = "wrong-source"
 MAP_ERROR = "map-error"
 
@@ -255,6 +260,11 @@ class AgentConfig:
     stats_file: Path | None = None
     log_interval_s: float = 10.0
     netns: str | None = None
+    #: Say ``ready agent pid=<pid>`` here once serving (a file, or a launcher's FIFO).
+    ready_file: Path | None = None
+    #: Wait up to this long for the maps' pins to appear (the agent may start while the
+    #: congestion control is still loading), s; 0: they must be there.
+    wait_maps_s: float = 0.0
 
 
 def _write_stats(path: Path | None, payload: dict[str, object]) -> None:
@@ -282,12 +292,34 @@ def open_socket(listen: tuple[str, int], netns: str | None) -> socket.socket:
     return sock
 
 
+def _wait_for_pins(bpffs: Path, names: Sequence[str], timeout_s: float) -> None:
+    """Return once every pin ``bpffs/<name>`` exists, or ``timeout_s`` passed (the open
+    that follows then says which is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while not all((bpffs / n).exists() for n in names) and time.monotonic() < deadline:
+        time.sleep(PIN_POLL_S)
+
+
+def signal_ready(path: Path) -> None:
+    """Append ``ready agent pid=<pid>`` to ``path`` (non-blocking: a FIFO whose reader went
+    away is an error, not a hang)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        try:
+            os.write(fd, f"ready agent pid={os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise AgentError(f"--ready-file {path}: {e.strerror or e}") from e
+
+
 async def serve(config: AgentConfig, stop: asyncio.Event) -> dict[str, object]:
     """Run until ``stop`` is set; the final report."""
     from clawbed.claw.server.bpfmap import BpfError, BpfMap
 
     maps = []
     try:
+        _wait_for_pins(config.bpffs, (PEERS_MAP, FLOWS_MAP), config.wait_maps_s)
         for name in (PEERS_MAP, FLOWS_MAP):
             try:
                 maps.append(BpfMap.open_pinned(config.bpffs / name))
@@ -300,6 +332,8 @@ async def serve(config: AgentConfig, stop: asyncio.Event) -> dict[str, object]:
         started = time.monotonic()
         info = {"listen": f"{config.listen[0]}:{config.listen[1]}", "pid": os.getpid()}
         _write_stats(config.stats_file, {**info, "ready": True, **agent.report()})
+        if config.ready_file is not None:
+            signal_ready(config.ready_file)
         log.info("listening on %s:%d, maps in %s, period %d ms", *config.listen, config.bpffs, config.period_ms)
         try:
             while not stop.is_set():
@@ -352,6 +386,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="accept UE id ID only from IPv4 address ADDR (repeatable; default: any id from any address)")
     p.add_argument("--netns", help="network namespace to open the socket in (default: where this process runs)")
     p.add_argument("--stats-file", type=Path, help="JSON file kept up to date with the counters")
+    p.add_argument("--ready-file", type=Path,
+                   help="once serving, append a line 'ready agent pid=<pid>' to this file or FIFO (a launcher's "
+                        "readiness signal; the stats file says ready too)")
+    p.add_argument("--wait-maps-s", type=float, default=0.0,
+                   help="wait up to this long for the maps' pins in --bpffs (the agent may start while the "
+                        "congestion control loads) (default 0: they must be there)")
     p.add_argument("--log-interval-s", type=float, default=10.0, help="log the counters this often (default 10)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every rejected datagram")
     return p
@@ -366,6 +406,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"--period-ms {args.period_ms}: must be at least 1")
     if args.log_interval_s <= 0:
         parser.error("--log-interval-s must be positive")
+    if not 0 <= args.wait_maps_s <= 600:
+        parser.error(f"--wait-maps-s {args.wait_maps_s}: must be 0..600")
     ues: dict[int, str] = {}
     for item in args.ue:
         ue, sep, addr = item.partition("=")
@@ -387,7 +429,8 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     except InputError as e:
         parser.error(f"--key-file: {e}")
     return AgentConfig(listen=listen, key=key, bpffs=args.bpffs, period_ms=args.period_ms, ue_addresses=ues,
-                       stats_file=args.stats_file, log_interval_s=args.log_interval_s, netns=args.netns)
+                       stats_file=args.stats_file, log_interval_s=args.log_interval_s, netns=args.netns,
+                       ready_file=args.ready_file, wait_maps_s=args.wait_maps_s)
 
 
 async def _run(config: AgentConfig) -> dict[str, object]:

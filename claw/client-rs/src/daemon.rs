@@ -14,7 +14,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::core::{ClientConfig, ClientCore, Step};
@@ -47,6 +47,8 @@ pub struct DaemonConfig {
     pub ack_map: Option<PathBuf>,
     pub batch_ms: u64,
     pub exit_with_parent: bool,
+    /// Where to say "ready" once the feed is connected (see [`signal_ready`]).
+    pub ready_file: Option<PathBuf>,
 }
 
 /// What the daemon did; printed as its last line (the reference's `DaemonReport`).
@@ -286,6 +288,21 @@ fn exit_with_parent() -> Result<(), String> {
     Ok(())
 }
 
+/// Append `ready ue=<id> pid=<pid>` to `path` (a regular file, or a FIFO its reader holds
+/// open: O_NONBLOCK, so a reader that went away is an error, not a hang). One write of a
+/// short line, so several clients can share one FIFO.
+fn signal_ready(path: &Path, ue_id: u16) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let line = format!("ready ue={ue_id} pid={}\n", std::process::id());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .map_err(|e| format!("--ready-file {}: {e}", path.display()))
+}
+
 fn connect_feed(port: u16, timeout: Duration) -> Result<TcpStream, String> {
     let deadline = Instant::now() + timeout;
     loop {
@@ -373,6 +390,11 @@ pub fn run(config: DaemonConfig) -> Result<String, String> {
             Err(e) if first => return Err(e),
             Err(_) => break 'feeds "feed-closed",
         };
+        if first {
+            if let Some(path) = &config.ready_file {
+                signal_ready(path, config.client.ue_id)?;
+            }
+        }
         let _ = feed.set_nonblocking(true);
         partial.clear();
         let mut got_any = false;

@@ -131,6 +131,12 @@ struct RunArgs {
     /// owns the UE's ACK marker.
     #[arg(long)]
     exit_with_parent: bool,
+    /// Once able to do its job (feed connected, feedback socket open, loss-flag map and
+    /// log open), append one line `ready ue=<id> pid=<pid>` to this file (or FIFO): the
+    /// launcher's readiness signal. The first estimate comes later, at the feed's first
+    /// message.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
     /// Read the feed at most once per this many ms (0: as it arrives): a wake-up per
     /// subframe costs more than the subframe's work. The estimates and verdicts are the same
     /// (diag time); reports and loss flags leave up to this much later.
@@ -231,6 +237,7 @@ fn run(cli: Cli) -> Result<String, String> {
                 ack_map: a.ack_map,
                 batch_ms: a.batch_ms,
                 exit_with_parent: a.exit_with_parent,
+                ready_file: a.ready_file,
             })
         }
         Command::Replay(a) => {
