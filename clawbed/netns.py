@@ -24,10 +24,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from pyroute2 import IPRoute, NetNS, netns
-from pyroute2.netlink.exceptions import NetlinkError
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute, NetNS
+# pyroute2 is imported where it is used: it takes ~60 ms, and short-lived processes that only
+# need this module's errors, ledger or socket_in_namespace (CLAW's agent and client, started
+# for every load) would pay it on every load's set-up.
 
 from clawbed.errors import ClawbedError
 from clawbed.signals import interrupt_handler, restore_default_signals
@@ -59,6 +62,7 @@ def resource_name(run_id: str, role: str) -> str:
 
 
 def _attempt(what: str, fn: Callable[[], _T]) -> _T:
+    from pyroute2.netlink.exceptions import NetlinkError
     try:
         return fn()
     except NetlinkError as e:
@@ -116,6 +120,7 @@ class Namespace:
         if not name.startswith(PREFIX):
             raise ValueError(f"namespace {name!r} must start with {PREFIX!r}")
         self.name = name
+        from pyroute2 import netns
         _attempt(f"creating network namespace {name}", lambda: netns.create(name))
         self._closed = False
         try:
@@ -130,6 +135,7 @@ class Namespace:
     @contextlib.contextmanager
     def netlink(self) -> Iterator[NetNS]:
         """A netlink socket inside the namespace."""
+        from pyroute2 import NetNS
         sock = _attempt(f"opening netlink in namespace {self.name}", lambda: NetNS(self.name))
         try:
             yield sock
@@ -166,6 +172,7 @@ class Namespace:
         if self._closed:
             return
         self._closed = True
+        from pyroute2 import netns
         try:
             netns.remove(self.name)
         except OSError as e:
@@ -194,6 +201,7 @@ class VethPair:
         what = f"creating veth {a.ifname}@{a.ns.name} <-> {b.ifname}@{b.ns.name}"
         # Made in the root namespace with the peer placed in b, then the near end moved to a:
         # pyroute2 resolves the peer's namespace by name only from the root namespace.
+        from pyroute2 import IPRoute
         with IPRoute() as ipr:
             _attempt(what, lambda: ipr.link("add", ifname=a.ifname, kind="veth",
                                             peer={"ifname": b.ifname, "net_ns_fd": b.ns.name}))
@@ -475,6 +483,8 @@ def cleanup_from_ledger(path: Path) -> list[str]:
     its namespace. The ledger knows how to undo every kind it records, BPF and tc ones too
     (:func:`undo_entry`): nothing needs importing first.
     """
+    from pyroute2 import IPRoute, NetNS, netns
+    from pyroute2.netlink.exceptions import NetlinkError
     removed: list[str] = []
     for entry in reversed(Ledger(path).entries()):
         kind, name = entry["kind"], entry["name"]
