@@ -1,4 +1,4 @@
-"""The CLAW server agent: feedback in, per-UE window into the CC's map, echo out (asyncio UDP).
+"""The CLAW server agent: feedback in, per-UE window into the CC's map, echo out (UDP, one ``select`` loop).
 
 For every datagram from a CLAW client:
 
@@ -30,12 +30,12 @@ opens them once they appear: its interpreter's start overlaps the BPF loads.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import ipaddress
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import sys
@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
 
 from clawbed.claw.feedback import Echo, Feedback, FeedbackRejected, ReplayGuard, decode_feedback, read_key
 from clawbed.claw.server.maps import FLOWS_MAP, PEERS_MAP, FlowFlag, FlowStats, Mode, Peer, addr_key
@@ -231,25 +231,6 @@ def limited_by_claws_window(st: FlowStats, now_ns: int, window_ns: int) -> bool:
     return since != 0 and now_ns - since >= window_ns and now_ns - st.updated_ns <= window_ns
 
 
-class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
-        self.transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # create_datagram_endpoint's transport: it has sendto(), though its class need not
-        # subclass DatagramTransport (the selector loop's does not here).
-        self.transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        echo = self.agent.handle(data, addr)
-        if echo is not None and self.transport is not None:
-            self.transport.sendto(echo, addr)
-
-    def error_received(self, exc: Exception) -> None:
-        log.warning("socket error: %s", exc)
-
-
 @dataclass
 class AgentConfig:
     listen: tuple[str, int]
@@ -313,11 +294,23 @@ def signal_ready(path: Path) -> None:
         raise AgentError(f"--ready-file {path}: {e.strerror or e}") from e
 
 
-async def serve(config: AgentConfig, stop: asyncio.Event) -> dict[str, object]:
-    """Run until ``stop`` is set; the final report."""
+def serve(config: AgentConfig) -> dict[str, object]:
+    """Serve until SIGTERM or SIGINT; the final report.
+
+    A plain ``select`` loop over the socket and a signal wake-up pipe rather than asyncio:
+    the agent starts once per load, and importing asyncio took about as long as the rest of
+    its start."""
     from clawbed.claw.server.bpfmap import BpfError, BpfMap
 
+    stopping: list[int] = []
+    wake_r, wake_w = os.pipe()
+    for fd in (wake_r, wake_w):
+        os.set_blocking(fd, False)
+    previous = {s: signal.signal(s, lambda signum, _frame: stopping.append(signum))
+                for s in (signal.SIGTERM, signal.SIGINT)}
+    previous_wakeup = signal.set_wakeup_fd(wake_w)  # a signal between two selects wakes the next
     maps = []
+    sock: socket.socket | None = None
     try:
         _wait_for_pins(config.bpffs, (PEERS_MAP, FLOWS_MAP), config.wait_maps_s)
         for name in (PEERS_MAP, FLOWS_MAP):
@@ -327,31 +320,58 @@ async def serve(config: AgentConfig, stop: asyncio.Event) -> dict[str, object]:
                 raise AgentError(f"{e} (is the CLAW congestion control registered with bpffs {config.bpffs}?)") from e
         agent = Agent(config.key, maps[0], maps[1], period_ms=config.period_ms, ue_addresses=config.ue_addresses)
         sock = open_socket(config.listen, config.netns)
-        loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_datagram_endpoint(lambda: _Protocol(agent), sock=sock)
         started = time.monotonic()
         info = {"listen": f"{config.listen[0]}:{config.listen[1]}", "pid": os.getpid()}
         _write_stats(config.stats_file, {**info, "ready": True, **agent.report()})
         if config.ready_file is not None:
             signal_ready(config.ready_file)
         log.info("listening on %s:%d, maps in %s, period %d ms", *config.listen, config.bpffs, config.period_ms)
-        try:
-            while not stop.is_set():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=config.log_interval_s)
+        next_log = started + config.log_interval_s
+        while not stopping:
+            readable, _, _ = select.select([sock, wake_r], [], [], max(0.0, next_log - time.monotonic()))
+            if sock in readable:
+                _serve_datagrams(agent, sock)
+            if wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 64)
+            if time.monotonic() >= next_log:
+                next_log += config.log_interval_s
                 counts = agent.counters.as_dict()
                 log.info("accepted %d, rejected %d %s", counts["accepted"], counts["rejected_total"],
                          counts["rejected"])
                 _write_stats(config.stats_file, {**info, "ready": True, "uptime_s": time.monotonic() - started,
                                                  **agent.report()})
-        finally:
-            transport.close()
         report = {**info, "ready": False, "uptime_s": time.monotonic() - started, **agent.report()}
         _write_stats(config.stats_file, report)
         return report
     finally:
+        if sock is not None:
+            sock.close()
         for m in maps:
             m.close()
+        signal.set_wakeup_fd(previous_wakeup)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _serve_datagrams(agent: Agent, sock: socket.socket) -> None:
+    """Answer every datagram waiting on ``sock``."""
+    while True:
+        try:
+            data, addr = sock.recvfrom(2048)
+        except BlockingIOError:
+            return
+        except OSError as e:  # e.g. an ICMP error queued on the socket
+            log.warning("socket error: %s", e)
+            return
+        echo = agent.handle(data, addr)
+        if echo is not None:
+            try:
+                sock.sendto(echo, addr)
+            except OSError as e:
+                log.warning("echo to %s:%d: %s", addr[0], addr[1], e)
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:
@@ -433,14 +453,6 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
                        ready_file=args.ready_file, wait_maps_s=args.wait_maps_s)
 
 
-async def _run(config: AgentConfig) -> dict[str, object]:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    return await serve(config, stop)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -448,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="claw-agent %(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     config = config_from_args(args, parser)
     try:
-        report = asyncio.run(_run(config))
+        report = serve(config)
     except ClawbedError as e:
         print(f"claw-agent: error: {e}", file=sys.stderr)
         return 1
