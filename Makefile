@@ -56,6 +56,7 @@ bench: setup
 	$(VENV)/bin/python -m clawbed.traces.bench
 	$(VENV)/bin/python -m clawbed.emulator.bench
 	$(VENV)/bin/python -m clawbed.replay.bench
+	$(VENV)/bin/python -m clawbed.orchestrator.bench
 	$(VENV)/bin/python -m clawbed.claw.client.bench
 	$(VENV)/bin/python -m clawbed.traces.diaglog.bench
 	@echo "bench: results in bench-results/"
