@@ -21,6 +21,11 @@ Two timing steps follow (docs/timing.md), written to ``bench-results/timing.json
   the same round and scheme (same trace stretch: rounds are aligned); the table gives per page,
   scheme and stall the recorded lateness and the PLT error (stalled − unstalled), and the
   largest stall whose error stays within the noise: the evidence rule's bound.
+
+The timing steps that run a suite's own scenarios — Fig 19's 45-UE all-CLAW cell (CPU,
+lateness, first attempts, PLTs) and the first-attempt share over the paper suite's pages —
+are ``python -m clawbed.orchestrator.bench`` (orchestrator/bench.py: the replay layer imports
+no suite).
 """
 
 from __future__ import annotations
