@@ -11,7 +11,7 @@ import pytest
 import clawbed.netns as netns_mod
 from clawbed.claw import bpfobjects
 from clawbed.claw.server import loader
-from clawbed.claw.server.sysctls import SERVER_SYSCTLS, apply_server_sysctls
+from clawbed.claw.server.sysctls import SERVER_SYSCTLS, apply_server_sysctls, restore_sysctls
 from clawbed.netns import Ledger, ResourceError
 
 
@@ -197,12 +197,28 @@ def test_the_ledger_undoes_bpf_kinds_itself(tmp_path: Path) -> None:
     assert {"bpffs", "bpf-pin", "tc-filter", "struct_ops", "cc-default"} <= netns_mod.BPF_AND_TC_KINDS
 
 
-def test_server_sysctls_are_set_and_previous_values_returned() -> None:
-    ns = FakeNs(replies={("cat",): "0\n"})
-    previous = apply_server_sysctls(ns, {"net.ipv4.tcp_slow_start_after_idle": "1"})  # type: ignore[arg-type]
-    assert set(previous) == set(SERVER_SYSCTLS)
-    sets = {c[1]: c[2] for c in ns.calls if c[0] == "sysctl"}
-    assert sets["net.ipv4.tcp_no_metrics_save"] == "1"
-    assert sets["net.ipv4.tcp_slow_start_after_idle"] == "1"  # the override
-    wmem = [int(v) for v in sets["net.ipv4.tcp_wmem"].split()]
-    assert wmem[2] >= 2 * 19_000_000  # twice the largest LTE W_claw
+@pytest.mark.root
+def test_server_sysctls_are_set_and_previous_values_returned(tmp_path: Path) -> None:
+    """Set in a real namespace from a thread inside it (no ip netns exec), read back by a
+    process in it, and put back; the root namespace's are untouched."""
+    from clawbed.netns import Resources, new_run_id
+
+    root_before = Path("/proc/sys/net/ipv4/tcp_wmem").read_text()
+    with Resources(new_run_id(), tmp_path / "ledger.jsonl") as res:
+        ns = res.namespace("s")
+
+        def shown(key: str) -> str:
+            return " ".join(ns.run(["cat", "/proc/sys/" + key.replace(".", "/")]).stdout.split())
+
+        before = {k: shown(k) for k in SERVER_SYSCTLS}
+        previous = apply_server_sysctls(ns, {"net.ipv4.tcp_slow_start_after_idle": "1"})  # type: ignore[arg-type]
+        assert previous == before
+        assert shown("net.ipv4.tcp_no_metrics_save") == "1"
+        assert shown("net.ipv4.tcp_slow_start_after_idle") == "1"  # the override
+        wmem = [int(v) for v in shown("net.ipv4.tcp_wmem").split()]
+        assert wmem[2] >= 2 * 19_000_000  # twice the largest LTE W_claw
+        restore_sysctls(ns, previous)
+        assert {k: shown(k) for k in SERVER_SYSCTLS} == before
+        with pytest.raises(ResourceError, match="tcp_wmem"):
+            apply_server_sysctls(ns, {"net.ipv4.tcp_wmem": "not numbers"})  # type: ignore[arg-type]
+    assert Path("/proc/sys/net/ipv4/tcp_wmem").read_text() == root_before

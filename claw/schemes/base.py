@@ -33,13 +33,14 @@ import math
 import os
 import re
 import select
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from clawbed.claw.server.sysctls import apply_server_sysctls, restore_sysctls
+from clawbed.claw.server.sysctls import apply_server_sysctls, read_sysctl, restore_sysctls, write_sysctl
 from clawbed.errors import InputError
 from clawbed.netns import Namespace, OwnedProcess, ResourceError, Resources, wait_until
 
@@ -120,6 +121,27 @@ class ReadySignal:
         self._read = self._hold = -1
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+
+
+def stop_together(procs: Sequence[OwnedProcess], timeout_s: float = 5.0) -> None:
+    """SIGTERM to every process of ``procs`` still running, then wait for each on its pidfd
+    (woken the moment it ends, not by a poll); :meth:`OwnedProcess.close` then finds them
+    ended (and kills one that did not end in ``timeout_s``)."""
+    running = [p for p in procs if p.alive()]
+    for p in running:
+        with contextlib.suppress(ProcessLookupError):
+            p.popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for p in running:
+        try:
+            fd = os.pidfd_open(p.pid)
+        except OSError:
+            continue  # already reaped
+        try:
+            select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(fd)
+        p.alive()  # reaps it if it ended
 
 
 def log_tail(log_path: Path | None, chars: int = 1500) -> str:
@@ -248,7 +270,7 @@ class Scheme:
         if not ctx.namespace_default:
             return
         key = "net.ipv4.tcp_congestion_control"
-        allowed = ctx.server_ns.run(["cat", "/proc/sys/net/ipv4/tcp_allowed_congestion_control"]).stdout.split()
+        allowed = read_sysctl(ctx.server_ns, "net.ipv4.tcp_allowed_congestion_control").split()
         if self.server_cc not in allowed:
             # Only the root namespace may default to a restricted CC; the allowed list is
             # machine-wide, so changing it is the machine's provisioning's call, not a run's.
@@ -258,12 +280,12 @@ class Scheme:
                 f"(net.ipv4.tcp_allowed_congestion_control). Add it machine-wide "
                 f"(sysctl -w net.ipv4.tcp_allowed_congestion_control='{' '.join(allowed + [self.server_cc])}'), "
                 f"or run with namespace_default=False and servers that set TCP_CONGESTION per socket")
-        previous = ctx.server_ns.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
-        ctx.server_ns.sysctl(key, self.server_cc)
+        previous = read_sysctl(ctx.server_ns, key)
+        write_sysctl(ctx.server_ns, key, self.server_cc)
 
         def restore() -> None:
             if Path(ctx.server_ns.path).exists():
-                ctx.server_ns.sysctl(key, previous)
+                write_sysctl(ctx.server_ns, key, previous)
 
         self.stack.callback(restore)
 

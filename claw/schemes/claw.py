@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clawbed.claw.schemes.base import (
+    CLIENT_READY_TIMEOUT_S,
     ClientAgent,
     ReadySignal,
     Scheme,
@@ -39,6 +40,7 @@ from clawbed.claw.schemes.base import (
     UeEndpoint,
     log_tail,
     register_scheme,
+    stop_together,
 )
 from clawbed.claw.server.loader import AckFlagsIngress, BpffsMount, CongestionControl, cc_name
 from clawbed.netns import OwnedProcess, ResourceError
@@ -150,6 +152,13 @@ class Claw(Scheme):
     def client_log(self, ctx: SchemeContext, ue: UeEndpoint) -> Path:
         """The client's estimates, one row per feedback period (``claw/client/daemon.py``)."""
         return ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv"
+
+    def start_clients(self, ctx: SchemeContext, timeout_s: float = CLIENT_READY_TIMEOUT_S) -> list[OwnedProcess]:
+        procs = super().start_clients(ctx, timeout_s)
+        # Pushed last, so it runs first: the clients and the agent are asked to stop together
+        # and waited for at once, rather than one after the other.
+        self.stack.callback(stop_together, [*procs, self.agent])
+        return procs
 
     def wait_clients_ready(self, ctx: SchemeContext, agents: Sequence[ClientAgent], procs: Sequence[OwnedProcess],
                            deadline: float) -> None:

@@ -45,6 +45,7 @@ from clawbed.claw.server import bpfmap
 from clawbed.claw.server.bpfmap import BpfError, BpfMap
 from clawbed.claw.server.libbpf import BpfObject
 from clawbed.claw.server.maps import ACK_FLAGS_MAP, FLOWS_MAP, SHARED_MAPS, FlowKey, FlowStats
+from clawbed.claw.server.sysctls import read_sysctl, write_sysctl
 from clawbed.netns import (
     FALLBACK_CC,
     Ledger,
@@ -230,19 +231,19 @@ class CongestionControl:
         """Make this CC the default of ``ns`` (allowed: it is ``TCP_CONG_NON_RESTRICTED``);
         ``close`` puts the previous default back first."""
         key = "net.ipv4.tcp_congestion_control"
-        previous = ns.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
+        previous = read_sysctl(ns, key)
         record(self.ledger, "cc-default", ns.name, cc=self.name, previous=previous)
         self._defaults.append((ns, previous if previous != self.name else FALLBACK_CC))
-        ns.sysctl(key, self.name)
+        write_sysctl(ns, key, self.name)
 
     def _move_defaults_off(self) -> None:
         for ns, previous in reversed(self._defaults):
             try:
-                current = ns.run(["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]).stdout.strip()
+                current = read_sysctl(ns, "net.ipv4.tcp_congestion_control")
             except ResourceError:
                 continue  # the namespace is gone, and its default with it
             if current == self.name:
-                ns.sysctl("net.ipv4.tcp_congestion_control", previous)
+                write_sysctl(ns, "net.ipv4.tcp_congestion_control", previous)
         self._defaults = []
         root = Path("/proc/sys/net/ipv4/tcp_congestion_control")
         if root.read_text().strip() == self.name:

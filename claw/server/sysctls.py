@@ -16,10 +16,18 @@ go over them, in that order, as the ``overrides`` of :func:`apply_server_sysctls
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from clawbed import tcpstack
-from clawbed.netns import Namespace
+from clawbed.netns import Namespace, ResourceError
+
+_T = TypeVar("_T")
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
 
 #: Send buffer autotuning: minimum, default, maximum, bytes.
 TCP_WMEM_BYTES = (4096, 1 << 20, 64 << 20)
@@ -41,26 +49,79 @@ def check_overrides(overrides: dict[str, str]) -> None:
     tcpstack.check_sysctls(overrides)
 
 
+def in_namespace(ns: Namespace, what: str, fn: Callable[[], _T]) -> _T:
+    """``fn()`` run in a short-lived thread that entered ``ns`` (``setns`` is per thread, and
+    ``/proc/sys/net`` shows the reading thread's namespace): a sysctl read or written without
+    an ``ip netns exec`` process each (a load's set-up made eight). Errors name ``what``."""
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            with open(ns.path) as f:
+                if _libc.setns(f.fileno(), _CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err))
+            result["value"] = fn()
+        except OSError as e:
+            result["error"] = e
+
+    t = threading.Thread(target=run, name=f"setns-{ns.name}")
+    t.start()
+    t.join()
+    if "error" in result:
+        e = result["error"]
+        raise ResourceError(f"in namespace {ns.name}: {what}: {getattr(e, 'strerror', None) or e}")
+    return result["value"]  # type: ignore[return-value]
+
+
+def _sysctl_path(key: str) -> str:
+    return "/proc/sys/" + key.replace(".", "/")
+
+
 def read_sysctl(ns: Namespace, key: str) -> str:
     """A sysctl's value in ``ns``, whitespace-normalised."""
-    path = "/proc/sys/" + key.replace(".", "/")
-    return " ".join(ns.run(["cat", path]).stdout.split())
+    path = _sysctl_path(key)
+    return in_namespace(ns, f"reading {key}", lambda: " ".join(open(path).read().split()))
+
+
+def write_sysctl(ns: Namespace, key: str, value: str | int) -> None:
+    """Set a sysctl of ``ns`` (a list value's words joined with single spaces, as echo would)."""
+    path = _sysctl_path(key)
+    text = " ".join(str(value).split()) + "\n"
+
+    def write() -> None:
+        with open(path, "w") as f:
+            f.write(text)
+
+    in_namespace(ns, f"setting {key} to {value}", write)
+
+
+def set_sysctls(ns: Namespace, values: dict[str, str]) -> dict[str, str]:
+    """Set ``values`` in ``ns`` in one thread of the namespace; the previous values."""
+    def apply() -> dict[str, str]:
+        previous: dict[str, str] = {}
+        for key, value in values.items():
+            path = _sysctl_path(key)
+            try:
+                with open(path) as f:
+                    previous[key] = " ".join(f.read().split())
+                with open(path, "w") as f:
+                    f.write(" ".join(str(value).split()) + "\n")
+            except OSError as e:
+                raise OSError(e.errno, f"{key} = {value}: {e.strerror}") from e
+        return previous
+
+    return in_namespace(ns, "setting sysctls", apply)
 
 
 def apply_server_sysctls(ns: Namespace, overrides: dict[str, str] | None = None) -> dict[str, str]:
     """Set :data:`SERVER_SYSCTLS` (updated by ``overrides``) in ``ns``; the previous values,
     for :func:`restore_sysctls`. A failure names the sysctl (``ResourceError``)."""
-    wanted = {**SERVER_SYSCTLS, **(overrides or {})}
-    previous: dict[str, str] = {}
-    for key, value in wanted.items():
-        previous[key] = read_sysctl(ns, key)
-        ns.sysctl(key, value)  # echo joins the words of tcp_wmem with single spaces
-    return previous
+    return set_sysctls(ns, {**SERVER_SYSCTLS, **(overrides or {})})
 
 
 def restore_sysctls(ns: Namespace, previous: dict[str, str]) -> None:
     """Put back what :func:`apply_server_sysctls` changed (nothing if the namespace is gone)."""
     if not os.path.exists(ns.path):
         return
-    for key, value in previous.items():
-        ns.sysctl(key, value)
+    set_sysctls(ns, previous)
