@@ -30,9 +30,10 @@ Then the client's cost (``cost``, written to ``bench-results/claw-client.json``)
   Clients per core = 100 % / the mean client's percent of a core;
 - **CLAW's per-load set-up**: on an emulated cell, the ``claw`` scheme set up (sysctls,
   bpffs, ACK-flag reader, congestion control, key, agent until ready), its client started
-  until ready (the UE's ACK marker loaded, the feed connected, the first estimate logged),
-  and torn down, once per load, nothing carried from one to the next; with the fast and the
-  reference client.
+  until ready (the UE's ACK marker loaded, the feedback socket open, the feed connected: it
+  says so itself), and torn down, once per load, nothing carried from one to the next; with
+  the fast and the reference client. The headline, set-up, is what precedes a load (server +
+  clients); teardown is printed beside it.
 
 ``--only accuracy,cost,setup`` picks parts (default all).
 """
@@ -290,7 +291,7 @@ def client_cost(feed: Path, work: Path, n_fast: int, n_reference: int, fast_flag
 def setup_time(out: Path, loads: int, impl: str) -> dict[str, Any]:
     """CLAW's per-load set-up on a one-UE emulated cell with client ``impl`` (see the module
     docstring): seconds per phase, each load from scratch."""
-    phases: dict[str, list[float]] = {"server_s": [], "client_s": [], "teardown_s": [], "total_s": []}
+    phases: dict[str, list[float]] = {"setup_s": [], "server_s": [], "client_s": [], "teardown_s": [], "total_s": []}
     previous = os.environ.get("CLAWBED_CLAW_CLIENT")
     os.environ["CLAWBED_CLAW_CLIENT"] = impl  # the scheme's clients inherit it
     try:
@@ -323,8 +324,8 @@ def _setup_loads(out: Path, loads: int, impl: str, phases: dict[str, list[float]
             t2 = time.monotonic()
             scheme.teardown()
             t3 = time.monotonic()
-            for key, value in (("server_s", t1 - t0), ("client_s", t2 - t1), ("teardown_s", t3 - t2),
-                               ("total_s", t3 - t0)):
+            for key, value in (("setup_s", t2 - t0), ("server_s", t1 - t0), ("client_s", t2 - t1),
+                               ("teardown_s", t3 - t2), ("total_s", t3 - t0)):
                 phases[key].append(value)
     return {"client": impl, "loads": loads,
             **{key: {"median": round(sorted(v)[len(v) // 2], 3), "max": round(max(v), 3)} for key, v in phases.items()}}
@@ -342,9 +343,11 @@ def _cost_table(cost: dict[str, Any] | None, setup: list[dict[str, Any]]) -> str
                 lines.append(f"  {kind:<9} {c['clients']:>4} clients: {c['cpu_percent_mean']:.2f} % of a core each "
                              f"(max {c['cpu_percent_max']:.2f}) -> {c['clients_per_core']} clients per core")
     for r in setup:
-        lines.append(f"CLAW per-load set-up, {r['client']} client, {r['loads']} loads (median / max s): "
-                     + ", ".join(f"{k.removesuffix('_s')} {r[k]['median']} / {r[k]['max']}"
-                                 for k in ("server_s", "client_s", "teardown_s", "total_s")))
+        # The headline is what precedes a load (server + clients until ready); teardown follows it.
+        lines.append(f"CLAW per-load set-up, {r['client']} client, {r['loads']} loads: set-up {r['setup_s']['median']:.3f} s "
+                     f"median (max {r['setup_s']['max']:.3f}; server {r['server_s']['median']:.3f} + clients "
+                     f"{r['client_s']['median']:.3f}), teardown {r['teardown_s']['median']:.3f} s "
+                     f"(max {r['teardown_s']['max']:.3f})")
     return "\n".join(lines)
 
 
