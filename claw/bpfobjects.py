@@ -13,7 +13,8 @@ knows how to undo each kind it records: ``bpffs``, ``bpf-pin``, ``tc-filter``):
   ``cb<rid>m<ue>``.
 - :class:`TcProgram` — a pinned tc program attached as a direct-action ``bpf`` filter on a
   device of a namespace, ingress or egress (a ``clsact`` qdisc is added only if the device
-  has none, and removed with the filter then).
+  has none, and removed with the filter then), through libbpf from a thread inside the
+  namespace rather than ``tc`` processes (a load's set-up and teardown made six per device).
 
 Users: :mod:`clawbed.claw.server.loader` (the congestion controls, the ACK-flag reader) and
 :mod:`clawbed.claw.client.marking` (the UE's ACK marker).
@@ -26,11 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
-import subprocess
+import socket
+import struct
 from pathlib import Path
 
-from clawbed.netns import Ledger, ResourceError, Resources, remove_tc_filter, tc_in, unmount_bpffs
+from clawbed.netns import Ledger, ResourceError, Resources, unmount_bpffs
 from clawbed.paths import REPO_ROOT
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -113,53 +116,81 @@ def mount_bpffs(res: Resources, parent: Path, role: str = "bp") -> BpffsMount:
 
 class TcProgram:
     """A pinned tc program as a direct-action filter on ``device`` in namespace ``netns``
-    (its name); ``close`` deletes the filter (and the ``clsact`` qdisc if it added it), and
-    is fine with a device or namespace that already went (the emulator removes its TUNs)."""
+    (its name), ingress or egress; ``close`` deletes the filter (and the ``clsact`` qdisc if
+    it added it), and is fine with a device or namespace that already went (the emulator
+    removes its TUNs). Attached and removed through libbpf's netlink calls from a thread
+    inside the namespace (:func:`~clawbed.claw.server.nsthread.in_netns`), not by ``tc``
+    processes; the ledger entry is the one ``tc`` undoes after a crash."""
 
     def __init__(self, netns: str, device: str, prog_pin: Path, *, direction: str, pref: int,
                  ledger: Ledger | None = None) -> None:
         if direction not in ("ingress", "egress"):
             raise ValueError(f"tc direction must be ingress or egress, not {direction!r}")
+        from clawbed.claw.server import bpfmap, libbpf
+        from clawbed.claw.server.nsthread import in_netns
+
         self.netns, self.device, self.direction, self.pref = netns, device, direction, pref
-        shown = tc_in(netns, "qdisc", "show", "dev", device)
-        if shown.returncode != 0:
-            raise ResourceError(f"in namespace {netns}: tc qdisc show dev {device}: {shown.stderr.strip()}")
-        self._added_qdisc = "clsact" not in shown.stdout
-        record(ledger, "tc-filter", device, netns=netns, direction=direction, pref=pref, qdisc=self._added_qdisc)
-        self._closed = False
-        try:
-            for args in ((["qdisc", "add", "dev", device, "clsact"] if self._added_qdisc else None),
-                         ["filter", "add", "dev", device, direction, "pref", str(pref),
-                          "bpf", "object-pinned", str(prog_pin), "direct-action"]):
-                if args is None:
-                    continue
-                done = tc_in(netns, *args)
-                if done.returncode != 0:
-                    raise ResourceError(f"in namespace {netns}: tc {' '.join(args)}: {done.stderr.strip()}")
-        except ResourceError:
-            self.close()
-            raise
+        self._point = libbpf.TC_INGRESS if direction == "ingress" else libbpf.TC_EGRESS
+        self._added_qdisc = False
+        self._closed = True
+        what = f"tc {direction} filter pref {pref} on {device}"
+
+        def attach() -> None:
+            ifindex = socket.if_nametoindex(device)
+            # The entry says whether the qdisc is ours to remove, so it is looked for first.
+            record(ledger, "tc-filter", device, netns=netns, direction=direction, pref=pref,
+                   qdisc=not libbpf.tc_has_clsact(ifindex, pref))
+            fd = bpfmap.obj_get(prog_pin)
+            try:
+                self._handle, self._added_qdisc = libbpf.tc_attach(ifindex, self._point, fd, pref, what)
+            finally:
+                os.close(fd)
+            self._ifindex = ifindex
+            self._closed = False
+
+        in_netns(netns, f"attaching {prog_pin} as {what}", attach)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        remove_tc_filter(self.netns, self.device, self.direction, self.pref, self._added_qdisc)
+        if not os.path.exists(f"/var/run/netns/{self.netns}"):
+            return  # the namespace went, and the device with it
+        from clawbed.claw.server import libbpf
+        from clawbed.claw.server.nsthread import in_netns
+
+        def detach() -> None:
+            try:
+                if socket.if_nametoindex(self.device) != self._ifindex:
+                    return  # the device went (a new one of that name is not ours)
+            except OSError:
+                return
+            libbpf.tc_detach(self._ifindex, self._point, self._handle, self.pref)
+            if self._added_qdisc:
+                libbpf.tc_remove_qdisc(self._ifindex)
+
+        in_netns(self.netns, f"removing tc {self.direction} filter pref {self.pref} on {self.device}", detach)
+
+
+#: ``ioctl`` that reads a device's hardware address, whose family is its ARPHRD link type.
+_SIOCGIFHWADDR = 0x8927
 
 
 def device_l2_len(netns: str, device: str) -> int:
     """Bytes before the IPv4 header on ``device`` of namespace ``netns``: 14 with an
-    Ethernet header (veth, loopback), 0 without (TUN); from the device's ARPHRD type."""
-    shown = subprocess.run(["ip", "netns", "exec", netns, "cat", f"/sys/class/net/{device}/type"],
-                           capture_output=True, text=True, timeout=30)
-    if shown.returncode != 0:
-        raise ResourceError(f"device {device} in namespace {netns}: {shown.stderr.strip() or 'not found'}")
-    arphrd = int(shown.stdout.strip())
+    Ethernet header (veth, loopback), 0 without (TUN); from the device's ARPHRD type (read
+    with an ``ioctl`` from a thread inside the namespace, no process)."""
+    from clawbed.claw.server.nsthread import in_netns
+
+    def link_type() -> int:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            ifreq = fcntl.ioctl(s, _SIOCGIFHWADDR, struct.pack("16s16x", device.encode()))
+        return int(struct.unpack_from("H", ifreq, 16)[0])
+
+    arphrd = in_netns(netns, f"reading the link type of device {device}", link_type)
     if arphrd in (1, 772):  # ARPHRD_ETHER, ARPHRD_LOOPBACK
         return 14
     if arphrd == 65534:  # ARPHRD_NONE (TUN)
         return 0
     raise ResourceError(f"device {device} in {netns} has link type {arphrd}: CLAW's tc programs "
                         "handle Ethernet and TUN (no link-layer header) devices")
-
-

@@ -4,6 +4,7 @@ commands (the kernel tests run the same code for real)."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import clawbed.netns as netns_mod
 from clawbed.claw import bpfobjects
 from clawbed.claw.server import loader
 from clawbed.claw.server.sysctls import SERVER_SYSCTLS, apply_server_sysctls, restore_sysctls
-from clawbed.netns import Ledger, ResourceError
+from clawbed.netns import Endpoint, Namespace, ResourceError, Resources, new_run_id
 
 
 class FakeNs:
@@ -37,78 +38,115 @@ class FakeNs:
         self.calls.append(["sysctl", key, str(value)])
 
 
-class FakeTc:
-    """Stands in for ``tc -n NETNS ...``: records the arguments, answers from ``replies``
-    (first matching prefix), fails the command starting with ``fail``."""
-
-    def __init__(self, replies: dict[tuple[str, ...], str] | None = None, fail: tuple[str, ...] | None = None) -> None:
-        self.calls: list[list[str]] = []
-        self.replies = replies or {}
-        self.fail = fail
-
-    def __call__(self, netns: str, *args: str) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(args))
-        if self.fail and args[: len(self.fail)] == self.fail:
-            return subprocess.CompletedProcess(args, 2, "", "RTNETLINK answers: nope")
-        out = next((v for k, v in self.replies.items() if args[: len(k)] == k), "")
-        return subprocess.CompletedProcess(args, 0, out, "")
+#: Flags and ioctls of /dev/net/tun (linux/if_tun.h).
+_IFF_TUN, _IFF_NO_PI = 0x0001, 0x1000
+_TUNSETIFF, _TUNSETPERSIST, _TUNSETLINK = 0x400454CA, 0x400454CB, 0x400454CD
 
 
-def test_tc_program_adds_clsact_only_when_missing_and_removes_only_its_own(tmp_path: Path, monkeypatch) -> None:
-    removed: list[tuple] = []
-    monkeypatch.setattr(bpfobjects, "remove_tc_filter", lambda *a: removed.append(a) or True)
-    ledger = Ledger(tmp_path / "ledger.jsonl")
-    tc = FakeTc(replies={("qdisc", "show"): "qdisc noqueue 0: root refcnt 2\n"})
-    monkeypatch.setattr(bpfobjects, "tc_in", tc)
-    prog = bpfobjects.TcProgram("cbtestns", "cbxxs0", Path("/run/x/prog"), direction="ingress", pref=loader.TC_PREF,
-                            ledger=ledger)
-    assert tc.calls[1] == ["qdisc", "add", "dev", "cbxxs0", "clsact"]
-    assert tc.calls[2] == ["filter", "add", "dev", "cbxxs0", "ingress", "pref", str(loader.TC_PREF), "bpf",
-                           "object-pinned", "/run/x/prog", "direct-action"]
+def _tun(ns_name: str, name: str, link_type: int | None = None) -> None:
+    """A persistent TUN device ``name`` in namespace ``ns_name`` (it goes with the
+    namespace), with ARPHRD ``link_type`` if given."""
+    import fcntl
+    import os
+    import struct
+
+    from clawbed.claw.server.nsthread import in_netns
+
+    def make() -> None:
+        fd = os.open("/dev/net/tun", os.O_RDWR)
+        try:
+            fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH14x", name.encode(), _IFF_TUN | _IFF_NO_PI))
+            if link_type is not None:
+                fcntl.ioctl(fd, _TUNSETLINK, link_type)
+            fcntl.ioctl(fd, _TUNSETPERSIST, 1)
+        finally:
+            os.close(fd)
+
+    in_netns(ns_name, f"creating TUN {name}", make)
+
+
+@pytest.fixture
+def tc_bed(tmp_path: Path) -> Iterator[tuple[Resources, Namespace, str, Path]]:
+    """A namespace with a veth end (the device), a bpffs, and a tc program pinned in it."""
+    from clawbed.claw.server import bpfmap
+    from clawbed.claw.server.libbpf import BpfObject
+
+    with Resources(new_run_id(), tmp_path / "ledger.jsonl") as res:
+        a, b = res.namespace("a"), res.namespace("b")
+        dev = res.name("va")
+        res.veth(Endpoint(a, dev, "10.250.0.1/30"), Endpoint(b, res.name("vb"), "10.250.0.2/30"))
+        fs = bpfobjects.mount_bpffs(res, tmp_path)
+        pin = fs / "prog"
+        with BpfObject(bpfobjects.object_path("ack_mark_egress.bpf.o")) as obj:
+            obj.set_pin_path("ack_mark_cfg", fs / "cfg")
+            obj.load()
+            bpfmap.obj_pin(obj.prog_fd("ack_mark_egress"), pin)
+        yield res, a, dev, pin
+
+
+@pytest.mark.root
+def test_tc_program_adds_clsact_only_when_missing_and_removes_only_its_own(
+        tc_bed: tuple[Resources, Namespace, str, Path]) -> None:
+    res, ns, dev, pin = tc_bed
+
+    def shown(*args: str) -> str:
+        return ns.run(["tc", *args]).stdout
+
+    assert "clsact" not in shown("qdisc", "show", "dev", dev)
+    prog = bpfobjects.TcProgram(ns.name, dev, pin, direction="ingress", pref=loader.TC_PREF, ledger=res.ledger)
+    ingress = shown("filter", "show", "dev", dev, "ingress")
+    assert "clsact" in shown("qdisc", "show", "dev", dev)
+    assert f"pref {loader.TC_PREF} bpf" in ingress and "direct-action" in ingress, ingress
+    # Recorded as tc undoes it after a crash; the newest entry also removes the qdisc it added.
+    entries = [e for e in res.ledger.entries() if e["kind"] == "tc-filter"]
+    assert entries[-1] == {"kind": "tc-filter", "name": dev, "netns": ns.name, "direction": "ingress",
+                           "pref": loader.TC_PREF, "qdisc": True}
+
+    # A second program finds the qdisc: it neither adds nor removes it.
+    other = bpfobjects.TcProgram(ns.name, dev, pin, direction="egress", pref=7)
+    assert "pref 7 bpf" in shown("filter", "show", "dev", dev, "egress")
+    other.close()
+    other.close()
+    assert "bpf" not in shown("filter", "show", "dev", dev, "egress")
+    assert "clsact" in shown("qdisc", "show", "dev", dev) and "bpf" in shown("filter", "show", "dev", dev, "ingress")
     prog.close()
     prog.close()
-    assert removed == [("cbtestns", "cbxxs0", "ingress", loader.TC_PREF, True)]
-    entry = ledger.entries()[0]
-    assert entry == {"kind": "tc-filter", "name": "cbxxs0", "netns": "cbtestns", "direction": "ingress",
-                     "pref": loader.TC_PREF, "qdisc": True}
-
-    removed.clear()
-    tc = FakeTc(replies={("qdisc", "show"): "qdisc clsact ffff: parent ffff:fff1\n"})
-    monkeypatch.setattr(bpfobjects, "tc_in", tc)
-    bpfobjects.TcProgram("cbtestns", "cbxxs0", Path("/p"), direction="egress", pref=7).close()
-    assert not any(c[:2] == ["qdisc", "add"] for c in tc.calls)
-    assert removed == [("cbtestns", "cbxxs0", "egress", 7, False)]
+    assert "clsact" not in shown("qdisc", "show", "dev", dev)
 
 
-def test_tc_program_failure_names_the_command_and_undoes_the_qdisc(monkeypatch) -> None:
-    removed: list[tuple] = []
-    monkeypatch.setattr(bpfobjects, "remove_tc_filter", lambda *a: removed.append(a) or True)
-    monkeypatch.setattr(bpfobjects, "tc_in", FakeTc(fail=("filter", "add")))
-    with pytest.raises(ResourceError, match="tc filter add dev cbxxs0"):
-        bpfobjects.TcProgram("cbtestns", "cbxxs0", Path("/p"), direction="ingress", pref=loader.TC_PREF)
-    assert removed == [("cbtestns", "cbxxs0", "ingress", loader.TC_PREF, True)]
+@pytest.mark.root
+def test_tc_program_failure_names_the_device_and_undoes_the_qdisc(
+        tc_bed: tuple[Resources, Namespace, str, Path]) -> None:
+    _res, ns, dev, pin = tc_bed
+    with pytest.raises(ResourceError, match=f"in namespace {ns.name}: .*on cbnodev0: no interface with this name"):
+        bpfobjects.TcProgram(ns.name, "cbnodev0", pin, direction="ingress", pref=loader.TC_PREF)
+    # A map is not a tc program: the kernel refuses the filter after the qdisc was added.
+    with pytest.raises(ResourceError, match=f"tc ingress filter pref {loader.TC_PREF} on {dev}: attaching the filter"):
+        bpfobjects.TcProgram(ns.name, dev, pin.parent / "cfg", direction="ingress", pref=loader.TC_PREF)
+    assert "clsact" not in ns.run(["tc", "qdisc", "show", "dev", dev]).stdout
     with pytest.raises(ValueError):
-        bpfobjects.TcProgram("cbtestns", "d", Path("/p"), direction="sideways", pref=1)
+        bpfobjects.TcProgram(ns.name, "d", pin, direction="sideways", pref=1)
 
 
-@pytest.mark.parametrize("arphrd,l2_len", [("1", 14), ("772", 14), ("65534", 0)])
-def test_device_l2_len_from_link_type(monkeypatch, arphrd: str, l2_len: int) -> None:
-    calls: list[list[str]] = []
+@pytest.mark.root
+def test_device_l2_len_from_link_type(tc_bed: tuple[Resources, Namespace, str, Path]) -> None:
+    res, ns, dev, _pin = tc_bed
+    tun = res.name("t0")
+    _tun(ns.name, tun)
+    assert bpfobjects.device_l2_len(ns.name, dev) == 14  # veth: Ethernet
+    assert bpfobjects.device_l2_len(ns.name, "lo") == 14
+    assert bpfobjects.device_l2_len(ns.name, tun) == 0
+    with pytest.raises(ResourceError, match="cbnodev0: No such device"):
+        bpfobjects.device_l2_len(ns.name, "cbnodev0")
 
-    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        calls.append(argv)
-        return subprocess.CompletedProcess(argv, 0, arphrd + "\n", "")
 
-    monkeypatch.setattr(bpfobjects.subprocess, "run", run)
-    assert bpfobjects.device_l2_len("cbtestns", "cbxxt0") == l2_len
-    assert calls == [["ip", "netns", "exec", "cbtestns", "cat", "/sys/class/net/cbxxt0/type"]]
-
-
-def test_device_l2_len_refuses_other_link_types(monkeypatch) -> None:
-    monkeypatch.setattr(bpfobjects.subprocess, "run",
-                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "776\n", ""))
+@pytest.mark.root
+def test_device_l2_len_refuses_other_link_types(tc_bed: tuple[Resources, Namespace, str, Path]) -> None:
+    res, ns, _dev, _pin = tc_bed
+    sit = res.name("g0")
+    _tun(ns.name, sit, link_type=776)  # ARPHRD_SIT
     with pytest.raises(ResourceError, match="link type 776"):
-        bpfobjects.device_l2_len("cbtestns", "cbxxg0")
+        bpfobjects.device_l2_len(ns.name, sit)
 
 
 def test_a_missing_object_says_how_to_build_it(tmp_path: Path) -> None:

@@ -328,8 +328,8 @@ def serve(config: AgentConfig) -> dict[str, object]:
         log.info("listening on %s:%d, maps in %s, period %d ms", *config.listen, config.bpffs, config.period_ms)
         next_log = started + config.log_interval_s
         while not stopping:
-            readable, _, _ = select.select([sock, wake_r], [], [], max(0.0, next_log - time.monotonic()))
-            if sock in readable:
+            readable, _, _ = select.select([sock.fileno(), wake_r], [], [], max(0.0, next_log - time.monotonic()))
+            if sock.fileno() in readable:
                 _serve_datagrams(agent, sock)
             if wake_r in readable:
                 with contextlib.suppress(BlockingIOError):

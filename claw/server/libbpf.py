@@ -10,6 +10,7 @@ captured and put into the error of the call that failed.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import threading
 from pathlib import Path
@@ -78,6 +79,11 @@ def lib() -> ctypes.CDLL:
                 "bpf_link__disconnect": ([p], None),
                 "bpf_link__destroy": ([p], ctypes.c_int),
                 "libbpf_set_print": ([_PRINT_FN], p),
+                "bpf_tc_hook_create": ([p], ctypes.c_int),
+                "bpf_tc_hook_destroy": ([p], ctypes.c_int),
+                "bpf_tc_attach": ([p, p], ctypes.c_int),
+                "bpf_tc_detach": ([p, p], ctypes.c_int),
+                "bpf_tc_query": ([p, p], ctypes.c_int),
             }
             for name, (argtypes, restype) in decl.items():
                 fn = getattr(so, name)
@@ -227,3 +233,88 @@ class BpfObject:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --- tc attachment (libbpf's netlink calls; run them in a thread inside the namespace:
+# clawbed.claw.server.nsthread.in_netns) ------------------------------------------------------
+
+#: ``enum bpf_tc_attach_point``.
+TC_INGRESS = 1 << 0
+TC_EGRESS = 1 << 1
+
+
+class _TcHook(ctypes.Structure):
+    """libbpf's ``struct bpf_tc_hook`` (24 bytes on x86-64)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("ifindex", ctypes.c_int), ("attach_point", ctypes.c_int),
+                ("parent", ctypes.c_uint32)]
+
+
+class _TcOpts(ctypes.Structure):
+    """libbpf's ``struct bpf_tc_opts`` (32 bytes on x86-64)."""
+
+    _fields_ = [("sz", ctypes.c_size_t), ("prog_fd", ctypes.c_int), ("flags", ctypes.c_uint32),
+                ("prog_id", ctypes.c_uint32), ("handle", ctypes.c_uint32), ("priority", ctypes.c_uint32)]
+
+
+def _hook(ifindex: int, attach_point: int) -> _TcHook:
+    return _TcHook(sz=ctypes.sizeof(_TcHook), ifindex=ifindex, attach_point=attach_point)
+
+
+def tc_has_clsact(ifindex: int, priority: int) -> bool:
+    """Whether device ``ifindex`` of this thread's namespace has a ``clsact`` qdisc: a query
+    for a filter of ``priority`` under it answers "no such filter" (or finds one) when it
+    has, "invalid" (no such parent qdisc) when it has not."""
+    opts = _TcOpts(sz=ctypes.sizeof(_TcOpts), handle=1, priority=priority)
+    rc = lib().bpf_tc_query(ctypes.byref(_hook(ifindex, TC_INGRESS)), ctypes.byref(opts))
+    if rc in (0, -errno.ENOENT):
+        return True
+    if rc == -errno.EINVAL:
+        return False
+    raise BpfError(f"looking for the clsact qdisc of device {ifindex}: {os.strerror(-rc)}", -rc)
+
+
+def tc_attach(ifindex: int, attach_point: int, prog_fd: int, priority: int, what: str) -> tuple[int, bool]:
+    """Attach ``prog_fd`` as a direct-action ``bpf`` filter of priority (tc's ``pref``)
+    ``priority`` on device ``ifindex`` of this thread's namespace, at ``attach_point``
+    (:data:`TC_INGRESS` / :data:`TC_EGRESS`), adding a ``clsact`` qdisc if the device has
+    none; (the filter's handle, whether the qdisc was added). ``what`` names it in errors;
+    on an error nothing stays added."""
+    so = lib()
+    hook = _hook(ifindex, attach_point)
+    with _Capture() as log:
+        rc = so.bpf_tc_hook_create(ctypes.byref(hook))
+    if rc not in (0, -errno.EEXIST):
+        raise BpfError(f"{what}: adding a clsact qdisc: {os.strerror(-rc)}{_tail(log)}", -rc)
+    added_qdisc = rc == 0
+    opts = _TcOpts(sz=ctypes.sizeof(_TcOpts), prog_fd=prog_fd, priority=priority)
+    with _Capture() as log:
+        rc = so.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
+    if rc != 0:
+        if added_qdisc:
+            tc_remove_qdisc(ifindex)
+        raise BpfError(f"{what}: attaching the filter: {os.strerror(-rc)}{_tail(log)}", -rc)
+    return int(opts.handle), added_qdisc
+
+
+def tc_detach(ifindex: int, attach_point: int, handle: int, priority: int) -> bool:
+    """Delete the filter :func:`tc_attach` made; False when it is gone already."""
+    hook = _hook(ifindex, attach_point)
+    opts = _TcOpts(sz=ctypes.sizeof(_TcOpts), handle=handle, priority=priority)
+    rc = lib().bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
+    if rc in (-errno.ENOENT, -errno.ENODEV, -errno.EINVAL):
+        return False
+    if rc != 0:
+        raise BpfError(f"deleting tc filter pref {priority} on device {ifindex}: {os.strerror(-rc)}", -rc)
+    return True
+
+
+def tc_remove_qdisc(ifindex: int) -> bool:
+    """Delete the device's ``clsact`` qdisc (ingress and egress: a hook of one point only
+    would flush that point's filters instead); False when there is none."""
+    rc = lib().bpf_tc_hook_destroy(ctypes.byref(_hook(ifindex, TC_INGRESS | TC_EGRESS)))
+    if rc in (-errno.ENOENT, -errno.ENODEV, -errno.EINVAL):
+        return False
+    if rc != 0:
+        raise BpfError(f"deleting the clsact qdisc of device {ifindex}: {os.strerror(-rc)}", -rc)
+    return True

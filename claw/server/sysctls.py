@@ -16,18 +16,15 @@ go over them, in that order, as the ``overrides`` of :func:`apply_server_sysctls
 
 from __future__ import annotations
 
-import ctypes
 import os
-import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from clawbed import tcpstack
-from clawbed.netns import Namespace, ResourceError
+from clawbed.claw.server.nsthread import in_netns
+from clawbed.netns import Namespace
 
 _T = TypeVar("_T")
-_CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
 
 #: Send buffer autotuning: minimum, default, maximum, bytes.
 TCP_WMEM_BYTES = (4096, 1 << 20, 64 << 20)
@@ -50,28 +47,10 @@ def check_overrides(overrides: dict[str, str]) -> None:
 
 
 def in_namespace(ns: Namespace, what: str, fn: Callable[[], _T]) -> _T:
-    """``fn()`` run in a short-lived thread that entered ``ns`` (``setns`` is per thread, and
+    """``fn()`` run in a thread inside ``ns`` (:func:`~clawbed.claw.server.nsthread.in_netns`;
     ``/proc/sys/net`` shows the reading thread's namespace): a sysctl read or written without
     an ``ip netns exec`` process each (a load's set-up made eight). Errors name ``what``."""
-    result: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            with open(ns.path) as f:
-                if _libc.setns(f.fileno(), _CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err))
-            result["value"] = fn()
-        except OSError as e:
-            result["error"] = e
-
-    t = threading.Thread(target=run, name=f"setns-{ns.name}")
-    t.start()
-    t.join()
-    if "error" in result:
-        e = result["error"]
-        raise ResourceError(f"in namespace {ns.name}: {what}: {getattr(e, 'strerror', None) or e}")
-    return result["value"]  # type: ignore[return-value]
+    return in_netns(ns.name, what, fn)
 
 
 def _sysctl_path(key: str) -> str:
