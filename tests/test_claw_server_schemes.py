@@ -59,17 +59,26 @@ def test_kernel_schemes_start_nothing_on_the_ues(tmp_path: Path) -> None:
         assert get_scheme(name)().client_agents(ctx(tmp_path)) == []
 
 
+@pytest.mark.parametrize("impl", ["fast", "reference"])
 @pytest.mark.parametrize("name,variant,flags", [("claw", "claw", []), ("cqic", "cqic", []),
                                                 ("claw-nodetect", "claw", ["--no-bottleneck-detector"])])
-def test_claw_clients_get_the_agent_key_diag_port_and_marking_device(tmp_path: Path, name: str, variant: str,
-                                                                     flags: list[str]) -> None:
+def test_claw_clients_get_the_agent_key_diag_port_and_marking_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  name: str, variant: str, flags: list[str],
+                                                                  impl: str) -> None:
+    from clawbed.claw.client.fast import BINARY
+    from clawbed.claw.client.limits import DEFAULT_DIAG_PORT
+
+    monkeypatch.setenv("CLAWBED_CLAW_CLIENT", impl)
     scheme = get_scheme(name)()
     assert isinstance(scheme, Claw)
     scheme.key_path = ensure_key(tmp_path / "claw-key")
     agents = scheme.client_agents(ctx(tmp_path))
     assert [a.name for a in agents] == [f"{name}-client-ue0", f"{name}-client-ue1"]
     argv = agents[0].argv
-    assert argv[1:3] == ["-m", "clawbed.claw.client"]
+    if impl == "fast":  # the compiled client itself, no Python launcher
+        assert argv[:2] == [str(BINARY), "run"]
+    else:
+        assert argv[1:3] == ["-m", "clawbed.claw.client"]
 
     def opt(flag: str, args: list[str] = argv) -> str:
         return args[args.index(flag) + 1]
@@ -77,10 +86,26 @@ def test_claw_clients_get_the_agent_key_diag_port_and_marking_device(tmp_path: P
     assert opt("--ue-id") == "0" and opt("--netns") == "cbab12u0"
     assert opt("--server") == "10.64.0.1:7070" and opt("--key-file") == str(tmp_path / "claw-key")
     assert opt("--period-ms") == "20" and opt("--variant") == variant
-    assert opt("--mark-dev") == "cbab12t0" and opt("--run-id") == "ab12" and opt("--run-dir") == str(tmp_path)
-    assert opt("--diag-port") == "5775" and argv[-2:] == ["--n-rb", "50"]
-    assert "--diag-port" not in agents[1].argv and opt("--ue-id", agents[1].argv) == "1"
+    # The scheme loads each UE's ACK marker; its client writes into the marker's map.
+    assert opt("--ack-map") == str(tmp_path / "cbab12m0" / "ack_mark_cfg") and "--mark-dev" not in argv
+    assert opt("--ready-file") == str(scheme.ready_path(ctx(tmp_path)))
+    assert opt("--diag-port") == "5775" and opt("--n-rb") == "50"
+    assert opt("--ue-id", agents[1].argv) == "1"
+    assert opt("--diag-port", agents[1].argv) == str(DEFAULT_DIAG_PORT) if impl == "fast" else \
+        "--diag-port" not in agents[1].argv
     assert [a for a in argv if a == "--no-bottleneck-detector"] == flags
+
+
+def test_a_client_command_the_compiled_client_cannot_take_runs_the_launcher(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from clawbed.claw.client.fast import client_command
+
+    monkeypatch.setenv("CLAWBED_CLAW_CLIENT", "fast")
+    base = ["--ue-id", "0", "--server", "10.64.0.1:7070", "--key-file", str(tmp_path / "k")]
+    assert client_command(base)[1] == "run"
+    for extra in (["--feed", "mi2log"], ["--client-impl", "reference"], ["--no-such-flag"],
+                  ["--mark-dev", "cbab12t0"]):
+        assert client_command(base + extra)[1:3] == ["-m", "clawbed.claw.client"], extra
 
 
 def test_key_is_made_once_private_and_32_bytes(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ compares the two report by report, and the bench, use it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from clawbed.paths import REPO_ROOT
 
@@ -92,6 +93,32 @@ def run_argv(args: Any, *, ack_map: Path | None) -> list[str]:
         argv += ["--ready-file", str(args.ready_file)]
     argv += ["--batch-ms", str(args.batch_ms)]
     return argv
+
+
+def client_command(cli_args: Sequence[str]) -> list[str]:
+    """The process to start for the client command line ``cli_args`` (what ``python -m
+    clawbed.claw.client`` takes): the compiled client itself when that is what the launcher
+    would run and then only replace itself with (the chosen client is fast, the feed JSON,
+    and no ``--mark-dev``, whose marker the launcher would own), saving a Python start per
+    client and load; else the launcher. The flags are translated as the launcher does
+    (:func:`run_argv`); a command line it refuses is left to the launcher, which says why."""
+    from clawbed.claw.client.cli import parser
+
+    launcher = [sys.executable, "-m", "clawbed.claw.client", *cli_args]
+    p = parser()
+    p.exit_on_error = False
+
+    def refuse(message: str) -> NoReturn:  # quietly: the launcher will say it in the client's log
+        raise argparse.ArgumentError(None, message)
+
+    p.error = refuse  # type: ignore[method-assign]
+    try:
+        args = p.parse_args(list(cli_args))
+        if chosen_impl(args.client_impl) != "fast" or args.feed != "json" or args.mark_dev:
+            return launcher
+        return run_argv(args, ack_map=args.ack_map)
+    except (SystemExit, argparse.ArgumentError, FastClientError):
+        return launcher
 
 
 def run_fast(args: Any) -> int:

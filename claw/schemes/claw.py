@@ -16,10 +16,12 @@ Server side (in this order, undone in reverse):
    starts while 2 and 3 load (it opens the maps once they are pinned); setup returns once it
    says ``ready agent`` on the scheme's readiness FIFO (``<run_dir>/claw-ready``).
 
-Client side: the client engineer's daemon (``python -m clawbed.claw.client``), one per UE,
-given the agent's address, the key, the diag port, the device to mark ACKs on and the
-readiness FIFO; ``start_clients`` returns once each said ``ready ue=<id>`` there (ACK marker
-attached, feedback socket open, diag feed connected), not at its first estimate.
+Client side: each UE's ACK marker loaded by the scheme (``<run_dir>/cb<run id>m<ue>``), then
+the client engineer's daemon, one per UE — the compiled client started directly, or
+``python -m clawbed.claw.client`` for the reference — given the agent's address, the key,
+the diag port, the marker's map and the readiness FIFO; ``start_clients`` returns once each
+said ``ready ue=<id>`` there (feedback socket open, diag feed connected), not at its first
+estimate.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from clawbed.claw.client.fast import client_command
+from clawbed.claw.client.marking import CONFIG_MAP, AckMarker, marker_name
 from clawbed.claw.schemes.base import (
     CLIENT_READY_TIMEOUT_S,
     ClientAgent,
@@ -154,6 +158,13 @@ class Claw(Scheme):
         return ctx.run_dir / f"{self.name}-client-ue{ue.index}.csv"
 
     def start_clients(self, ctx: SchemeContext, timeout_s: float = CLIENT_READY_TIMEOUT_S) -> list[OwnedProcess]:
+        # Each UE's ACK marker is loaded here, in this process, for this load (recorded in the
+        # run's ledger, removed at teardown after its client stopped): a client process of
+        # its own would start Python and load it again on every load.
+        for ue in ctx.ues:
+            marker = AckMarker(netns=ue.ns.name, dev=ue.device, run_id=ctx.resources.run_id, run_dir=ctx.run_dir,
+                               ue_id=ue.index, ledger=ctx.resources.ledger)
+            self.stack.callback(marker.close)
         procs = super().start_clients(ctx, timeout_s)
         # Pushed last, so it runs first: the clients and the agent are asked to stop together
         # and waited for at once, rather than one after the other.
@@ -174,20 +185,27 @@ class Claw(Scheme):
                                 f"{log_tail(self._agent_log(ctx))}")
         self.ready.wait(wanted, deadline)
 
+    def marker_map(self, ctx: SchemeContext, ue: UeEndpoint) -> Path:
+        """The pinned config map of ``ue``'s ACK marker (loaded by :meth:`start_clients`),
+        which its client writes loss events into."""
+        return ctx.run_dir / marker_name(ctx.resources.run_id, ue.index) / CONFIG_MAP
+
     def client_agents(self, ctx: SchemeContext) -> list[ClientAgent]:
+        """Each UE's client: the compiled one started directly (``--client-impl``,
+        ``CLAWBED_CLAW_CLIENT``: :func:`~clawbed.claw.client.fast.client_command`), else the
+        Python launcher; given the agent's address, the key, the diag port, its marker's map,
+        its log and the readiness FIFO."""
         agents = []
         for ue in ctx.ues:
-            argv = [sys.executable, "-m", "clawbed.claw.client",
-                    "--ue-id", str(ue.index), "--netns", ue.ns.name,
-                    "--server", f"{ctx.server_address}:{ctx.agent_port}",
-                    "--key-file", str(self.key_path), "--period-ms", str(ctx.feedback_period_ms),
-                    "--variant", self.client_variant, *self.client_flags,
-                    "--mark-dev", ue.device, "--run-id", ctx.resources.run_id, "--run-dir", str(ctx.run_dir),
-                    "--ledger", str(ctx.resources.ledger.path),
-                    "--log", str(self.client_log(ctx, ue)), "--ready-file", str(self.ready_path(ctx))]
+            cli = ["--ue-id", str(ue.index), "--netns", ue.ns.name,
+                   "--server", f"{ctx.server_address}:{ctx.agent_port}",
+                   "--key-file", str(self.key_path), "--period-ms", str(ctx.feedback_period_ms),
+                   "--variant", self.client_variant, *self.client_flags,
+                   "--ack-map", str(self.marker_map(ctx, ue)),
+                   "--log", str(self.client_log(ctx, ue)), "--ready-file", str(self.ready_path(ctx))]
             if ue.diag_port is not None:
-                argv += ["--diag-port", str(ue.diag_port)]
-            argv += ctx.client_args
-            agents.append(ClientAgent(name=f"{self.name}-client-ue{ue.index}", ue=ue, argv=argv,
+                cli += ["--diag-port", str(ue.diag_port)]
+            cli += ctx.client_args
+            agents.append(ClientAgent(name=f"{self.name}-client-ue{ue.index}", ue=ue, argv=client_command(cli),
                                       log_path=ctx.run_dir / f"{self.name}-client-ue{ue.index}.log"))
         return agents
