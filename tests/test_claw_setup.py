@@ -84,3 +84,37 @@ def test_a_client_whose_feed_cannot_connect_fails_the_setup_clearly(tmp_path: Pa
         assert not scheme.agent.alive()
         assert str(tmp_path) not in Path("/proc/mounts").read_text(), "a bpffs of the scheme is still mounted"
         assert not (tmp_path / "claw-ready").exists()
+
+
+def test_an_agent_that_cannot_serve_fails_the_setup_clearly(tmp_path: Path) -> None:
+    import socket
+
+    from clawbed.claw.schemes import SchemeContext, UeEndpoint, get_scheme
+    from clawbed.claw.server.loader import available_congestion_controls
+    from clawbed.emulator.process import EmulatedCell
+    from clawbed.netns import ResourceError, socket_in_namespace
+
+    with EmulatedCell(1, tmp_path / "cell", ue={"trace": str(TRACE)}, mode="cell") as cell:
+        topo = cell.topo
+        ue = topo.ues[0]
+        ctx = SchemeContext(resources=cell.res, run_dir=tmp_path, server_ns=topo.core.ns,
+                            server_address=str(topo.core.address), server_device=topo.core.tun,
+                            ues=[UeEndpoint(ns=ue.ns, address=str(ue.address), index=0, device=ue.tun,
+                                            diag_port=cell.emulator.diag_port(0))])
+        taken = socket_in_namespace(topo.core.name, socket.AF_INET, socket.SOCK_DGRAM)
+        taken.bind((ctx.server_address, ctx.agent_port))  # the agent's port, held by someone else
+        before = set(available_congestion_controls())
+        scheme = get_scheme("claw")()
+        try:
+            with pytest.raises(ResourceError) as failed:
+                scheme.setup(ctx)
+        finally:
+            taken.close()
+        message = str(failed.value)
+        print(message)
+        assert "the claw agent exited with status 1 before it was ready" in message
+        assert f"binding UDP {ctx.server_address}:{ctx.agent_port}" in message
+        assert str(tmp_path / "claw-agent.log") in message
+        # What the set-up had made is gone again.
+        assert set(available_congestion_controls()) == before
+        assert str(tmp_path) not in Path("/proc/mounts").read_text()
