@@ -11,7 +11,7 @@ Server side (in this order, undone in reverse):
    namespace's default unless ``namespace_default`` is off (it is non-restricted, and the
    default goes back before it is unregistered);
 4. a key (``<run_dir>/claw-key``, 32 random bytes, mode 0600) shared with the clients;
-5. the agent (``python -m clawbed.claw.server.agent``) in the server namespace, each UE id
+5. the agent (``python -m clawbed.claw.server.agent``), its socket in the server namespace, each UE id
    bound to its address: started right after the bpffs and the key, so that its interpreter
    starts while 2 and 3 load (it opens the maps once they are pinned); setup returns once it
    says ``ready agent`` on the scheme's readiness FIFO (``<run_dir>/claw-ready``).
@@ -143,7 +143,9 @@ class Claw(Scheme):
                 "--ready-file", str(self.ready_path(ctx)), "--wait-maps-s", str(AGENT_READY_TIMEOUT_S)]
         for ue in ctx.ues:
             argv += ["--ue", f"{ue.index}={ue.address}"]
-        cmd = ctx.server_ns.command(argv)
+        # It opens its socket in the server namespace itself (the maps are reached by their
+        # pins): no ip netns exec process before it.
+        cmd = [*argv, "--netns", ctx.server_ns.name]
         proc = OwnedProcess(cmd, name=f"{self.name}-agent", log_path=self._agent_log(ctx))
         ctx.resources.record_process(proc.pid, name=f"{self.name}-agent", argv=cmd)
         self.stack.callback(proc.close)
