@@ -86,19 +86,22 @@ class AckMarkMap:
         #: Events written (both kinds).
         self.events_written = 0
 
-    def _set(self, updates: dict[int, int]) -> None:
+    def _set(self, updates: dict[int, int], keep_larger: bool = False) -> None:
         """Rewrite fields (by index in the struct) keeping the others as the map holds them,
-        so two writers (the daemon, a test injecting an event) do not undo each other."""
+        so two writers (the daemon, a test injecting an event) do not undo each other; with
+        ``keep_larger``, a field already holding more is left as it is."""
         current = self._cfg.lookup(_KEY0)
         value = list(_CONFIG.unpack(current)) if current else [0] * 5
         for i, v in updates.items():
-            value[i] = v
+            value[i] = max(v, value[i]) if keep_larger else v
         self._cfg.update(_KEY0, _CONFIG.pack(*value))
 
     def note_event(self, kind: LossKind, at_monotonic_ns: int) -> None:
         """A loss event of ``kind`` at ``at_monotonic_ns`` (CLOCK_MONOTONIC): ACKs sent
         within one window after it get the kind's flag."""
-        self._set({0 if kind.value == "rlc-loss" else 1: max(int(at_monotonic_ns), 1)})
+        # The latest event wins: an earlier one written late (behind another writer's, e.g. a
+        # test's injected event set ahead of time) must not cut the later one's window.
+        self._set({0 if kind.value == "rlc-loss" else 1: max(int(at_monotonic_ns), 1)}, keep_larger=True)
         self.events_written += 1
 
     def set_window_ms(self, window_ms: int) -> None:

@@ -74,8 +74,9 @@ impl AckMarkMap {
     }
 
     /// Rewrite one u64 field (by index) keeping the others as the map holds them, so two
-    /// writers (this client, a test injecting an event) do not undo each other.
-    fn set_u64(&self, index: usize, v: u64) -> Result<(), String> {
+    /// writers (this client, a test injecting an event) do not undo each other; with
+    /// `keep_larger`, a field already holding more than `v` is left as it is.
+    fn set_u64(&self, index: usize, v: u64, keep_larger: bool) -> Result<(), String> {
         let mut value = [0u8; VALUE_BYTES];
         if let Err(e) = self.elem(BPF_MAP_LOOKUP_ELEM, &mut value) {
             if e.raw_os_error() != Some(libc::ENOENT) {
@@ -83,18 +84,25 @@ impl AckMarkMap {
             }
             value = [0; VALUE_BYTES];
         }
-        value[index * 8..index * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+        let field = &mut value[index * 8..index * 8 + 8];
+        let mut held = [0u8; 8];
+        held.copy_from_slice(field);
+        if keep_larger && u64::from_ne_bytes(held) >= v {
+            return Ok(());
+        }
+        field.copy_from_slice(&v.to_ne_bytes());
         self.elem(BPF_MAP_UPDATE_ELEM, &mut value).map_err(|e| format!("updating BPF map {}: {e}", self.label))
     }
 
-    /// A loss event of `kind` at `at_monotonic_ns` (CLOCK_MONOTONIC).
+    /// A loss event of `kind` at `at_monotonic_ns` (CLOCK_MONOTONIC). The latest event wins: an earlier one written late (behind another writer's, e.g. a
+    /// test's injected event set ahead of time) must not cut the later one's window.
     pub fn note_event(&self, kind: LossKind, at_monotonic_ns: u64) -> Result<(), String> {
         let index = if kind == LossKind::Wireless { 0 } else { 1 };
-        self.set_u64(index, at_monotonic_ns.max(1))
+        self.set_u64(index, at_monotonic_ns.max(1), true)
     }
 
     /// How long after an event ACKs are flagged (one RTT), ms.
     pub fn set_window_ms(&self, window_ms: i64) -> Result<(), String> {
-        self.set_u64(2, window_ms.max(1) as u64 * 1_000_000)
+        self.set_u64(2, window_ms.max(1) as u64 * 1_000_000, false)
     }
 }
