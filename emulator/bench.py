@@ -5,14 +5,19 @@
 under the repository root.
 
 Mahimahi: when ``mm-link`` is installed (``$MM_LINK``, or on ``PATH``) the same machine
-measures it beside the emulator, live (:func:`mm_link_steps`: idle CPU, the bulk TCP ceiling,
-the 12 Mbit/s inter-arrival p99 from its own delivery log) and the table has a column for it.
-mm-link refuses to run as root, so a root bench runs it as an unprivileged user
-(:class:`MmUser`: ``--mm-user NAME``, or one it creates, ``cb<run id>mm``, and removes at
-exit), with its traces and logs in a folder of that user's. Without mm-link, or whenever
-the live side fails, the reference figures follow in a table of their own, each with where
-and when it was measured (:data:`REFERENCES`; figures from another machine and another day
-are not a comparison), and the output says why.
+measures it beside the emulator, live (:func:`mm_link_steps`: idle CPU, CPU at 100 Mbit/s, the
+bulk TCP ceiling, the 12 Mbit/s inter-arrival p99 from its own delivery log), each mm-link
+step right after the emulator step it is compared with, in every repetition
+(:func:`interleave`), and the table has a column for it. mm-link refuses to run as root, so a
+root bench runs it as an unprivileged user (:class:`MmUser`: ``--mm-user NAME``, or one it
+creates, ``cb<run id>mm``, and removes at exit), with its traces and logs in a folder of that
+user's, and each run in a network namespace of the bench's own with IP forwarding on (mm-link
+requires it; the host's setting is left alone), where its TUN, NAT rules and the iperf3 server
+live and go. mm-link's CPU is its own processes' (the one started and the two ferries it
+forks), not the command's inside it. Without mm-link, or whenever the live side fails, the
+reference figures follow in a table of their own, each with where and when it was measured
+(:data:`REFERENCES`; figures from another machine and another day are not a comparison), and
+the output says why.
 
 CPU is the emulator process's (per thread) from ``/proc/PID/task/*/stat``, in percent of one
 core over the measured interval. The machine's load average and the CPU time the hypervisor
@@ -25,11 +30,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,8 +52,10 @@ from clawbed.emulator.process import BINARY, EmulatedCell
 from clawbed.emulator.scenarios import constant_mahimahi_trace, constant_trace
 from clawbed.emulator.traffic import UdpSink, send_udp_command
 from clawbed.emulator.truth import Direction, PacketEvent, read_packets
-from clawbed.netns import Endpoint, Resources, new_run_id
+from clawbed.errors import ClawbedError
+from clawbed.netns import Endpoint, Resources, new_run_id, resource_name
 from clawbed.paths import REPO_ROOT, shared_data
+from clawbed.signals import interrupt_handler
 from clawbed.tables import TerminalTable
 
 RESULTS = REPO_ROOT / "bench-results" / "emulator.json"
@@ -68,7 +75,7 @@ REFERENCES = [
 ]
 #: The environment variable naming the mm-link binary (else ``mm-link`` on PATH).
 MM_LINK_ENV = "MM_LINK"
-#: iperf3's port for the mm-link measurements (the server runs outside mm-link's namespace).
+#: iperf3's port for the mm-link measurements (the server runs in the run's namespace, outside mm-link's).
 MM_IPERF_PORT = 5299
 #: A rate no measurement reaches: the emulator, not its link model, is the bottleneck.
 AMPLE_RATE = "40gbit"
@@ -396,13 +403,18 @@ def mahimahi(out: Path, seconds: float, traces: list[Path]) -> list[dict[str, An
 # -- Mahimahi's mm-link, live beside the emulator ------------------------------------------------
 
 
+class MmLinkMissing(RuntimeError):
+    """``$MM_LINK`` names no program: said in the table's place, not fatal to the bench."""
+
+
 def mm_link_binary() -> Path | None:
-    """mm-link to measure: ``$MM_LINK`` (a path or a name on PATH), else ``mm-link`` on PATH."""
+    """mm-link to measure: ``$MM_LINK`` (a path or a name on PATH), else ``mm-link`` on PATH,
+    else None. Raises :class:`MmLinkMissing` when ``$MM_LINK`` names no program."""
     named = os.environ.get(MM_LINK_ENV)
     if named:
         found = named if "/" in named else shutil.which(named)
         if not found or not Path(found).is_file():
-            raise click.UsageError(f"${MM_LINK_ENV}={named}: no such program")
+            raise MmLinkMissing(f"${MM_LINK_ENV}={named}: no such program")
         return Path(found)
     found = shutil.which("mm-link")
     return Path(found) if found else None
@@ -410,6 +422,19 @@ def mm_link_binary() -> Path | None:
 
 #: Suffix of the user a root bench creates for mm-link: ``cb<run id>mm``.
 MM_USER_ROLE = "mm"
+#: Role of the network namespace each root mm-link run happens in: ``cb<run id>mmns``.
+MM_NAMESPACE_ROLE = "mmns"
+#: How long to wait for mm-link beyond its command's own duration, s.
+MM_LINK_GRACE_S = 60.0
+#: How often mm-link's processes' CPU time is read while it runs, s.
+MM_SAMPLE_INTERVAL_S = 0.1
+#: Start-up left out of mm-link's CPU figure (its forks, dnsmasq, the command's start), s.
+MM_STARTUP_S = 0.5
+
+
+def mm_user_name(run_id: str) -> str:
+    """The user a root bench makes for mm-link: ``cb<run id>mm`` (a valid user name, ≤ 15 characters)."""
+    return resource_name(run_id, MM_USER_ROLE)
 
 
 @dataclass
@@ -442,25 +467,47 @@ def _user_entry(name: str) -> pwd.struct_passwd:
     return entry
 
 
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _remove_user(name: str, console: Console | None) -> None:
+    """``userdel`` the bench's own user (its group goes with it); a failure is said, with the
+    command that finishes the job, since the bench is already on its way out."""
+    if not _user_exists(name):
+        return
+    done = subprocess.run(["userdel", name], capture_output=True, text=True)
+    if done.returncode != 0 and console is not None:
+        console.print(f"[red]could not remove the user {name} made for mm-link (userdel: {done.stderr.strip()}); "
+                      f"remove it with: userdel {name}[/red]")
+
+
 @contextlib.contextmanager
 def mm_user(name: str | None, console: Console | None = None) -> Iterator[MmUser | None]:
     """The user mm-link runs as: None when this process is not root (it runs as us); the
     user ``name`` (``--mm-user``); else a system user ``cb<run id>mm`` made now (no home, no
-    login shell) and removed on the way out, also on an error or Ctrl-C. Its folder is a
-    fresh temporary one, removed on the way out."""
+    login shell) and removed on the way out, also on an error, Ctrl-C or SIGTERM. Its folder
+    is a fresh temporary one, removed on the way out."""
     if os.geteuid() != 0:
         yield None
         return
     created = name is None
     if name is None:
-        name = f"cb{new_run_id()}{MM_USER_ROLE}"
-        done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                               "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"creating the user {name} for mm-link (useradd): {done.stderr.strip()}")
-        if console is not None:
-            console.print(f"[dim]mm-link runs as {name}, a system user made for this bench (removed at exit)[/dim]")
+        name = mm_user_name(new_run_id())
+    # SIGTERM unwinds like Ctrl-C while the user exists (Resources does the same for its runs).
+    old_sigterm = signal.signal(signal.SIGTERM, interrupt_handler(os.getpid()))
     try:
+        if created:
+            done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir",
+                                   "/nonexistent", "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"creating the user {name} for mm-link (useradd): {done.stderr.strip()}")
+            if console is not None:
+                console.print(f"[dim]mm-link runs as {name}, a system user made for this bench (removed at exit)[/dim]")
         entry = _user_entry(name)
         folder = Path(tempfile.mkdtemp(prefix="clawbed-mm-"))
         try:
@@ -469,99 +516,288 @@ def mm_user(name: str | None, console: Console | None = None) -> Iterator[MmUser
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     finally:
-        if created:
-            subprocess.run(["userdel", name], capture_output=True, text=True)
-
-
-def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: str,
-             user: MmUser | None = None) -> tuple[str, float]:
-    """Run ``command`` (sh -c, ``$MAHIMAHI_BASE`` is the host outside) inside ``mm-link trace
-    trace``, as ``user`` when given: (its stdout, mm-link's own CPU % of one core while it
-    ran, start-up excluded)."""
-    as_user: dict[str, Any] = {}
-    if user is not None:
-        as_user = {"user": user.uid, "group": user.gid, "extra_groups": [], "cwd": user.folder,
-                   "env": {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "HOME": str(user.folder),
-                           "USER": user.name, "LOGNAME": user.name}}
-    proc = subprocess.Popen([str(binary), str(trace), str(trace), *extra, "--", "sh", "-c", command],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **as_user)
-    time.sleep(0.5)
-    stat = Path(f"/proc/{proc.pid}/stat")
-    try:
-        cpu0, t0 = _cpu_s(stat), time.monotonic()
-    except OSError:
-        cpu0, t0 = None, time.monotonic()
-    cpu1, t1 = cpu0, t0
-    while proc.poll() is None:
         try:
-            cpu1, t1 = _cpu_s(stat), time.monotonic()
-        except OSError:
-            break
-        time.sleep(0.1)
-    out, err = proc.communicate(timeout=seconds + 60)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{binary.name} exited {proc.returncode}: {err.strip()[-300:]}")
-    percent = 100.0 * (cpu1 - cpu0) / max(t1 - t0, 1e-3) if cpu0 is not None and cpu1 is not None else math.nan
-    return out, round(percent, 2)
+            if created:
+                _remove_user(name, console)
+        finally:
+            signal.signal(signal.SIGTERM, old_sigterm)
+
+
+def _process_table() -> dict[int, tuple[int, str, int, float]]:
+    """Every process now: pid → (parent pid, command name, start time in ticks, CPU time so
+    far in s (user + system))."""
+    table: dict[int, tuple[int, str, int, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        # The command name sits in parentheses and may hold spaces; the fields after it start
+        # with the state (field 3): ppid is field 4, utime and stime 14 and 15, starttime 22.
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(entry.name)] = (int(fields[1]), name, int(fields[19]),
+                                  (int(fields[11]) + int(fields[12])) / _TICKS_PER_S)
+    return table
+
+
+class ProcessTreeCpu:
+    """CPU time of process ``root`` and its descendants whose command name is ``name`` (mm-link
+    forks its uplink and downlink ferries, which keep its name; dnsmasq and the command it
+    runs are not mm-link), between :meth:`start` and the last :meth:`sample`. Every
+    descendant seen is remembered (pid and start time), so that :meth:`stop_survivors` can
+    stop exactly those that outlive the root."""
+
+    def __init__(self, root: int, name: str) -> None:
+        self.root = root
+        self.name = name[:15]  # the kernel keeps 15 characters of a command name
+        #: pid → (start ticks, command name) of every process seen in the tree.
+        self.seen: dict[int, tuple[int, str]] = {}
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._t0 = self._t1 = time.monotonic()
+
+    def _tree(self) -> dict[int, tuple[int, str, int, float]]:
+        table = _process_table()
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, *_) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        tree, todo = {}, [self.root]
+        while todo:
+            pid = todo.pop()
+            if pid in table:
+                tree[pid] = table[pid]
+                todo += children.get(pid, [])
+        for pid, (_, name, start, _cpu) in tree.items():
+            self.seen[pid] = (start, name)  # the latest name: a fork takes its own at exec
+        return tree
+
+    def _cpu_by_pid(self) -> dict[int, float]:
+        return {pid: cpu for pid, (_, name, _start, cpu) in self._tree().items() if name == self.name}
+
+    def start(self) -> ProcessTreeCpu:
+        self._first = self._last = self._cpu_by_pid()
+        self._t0 = self._t1 = time.monotonic()
+        return self
+
+    def sample(self) -> None:
+        now = self._cpu_by_pid()
+        if now:
+            self._last = {**self._last, **now}
+            self._t1 = time.monotonic()
+
+    def percent(self) -> float:
+        """Percent of one core the tree's ``name`` processes used from :meth:`start` to the
+        last :meth:`sample` (one that started later counts from its start)."""
+        used = sum(cpu - self._first.get(pid, 0.0) for pid, cpu in self._last.items())
+        return round(100.0 * used / max(self._t1 - self._t0, 1e-3), 2)
+
+    def processes(self) -> int:
+        """How many ``name`` processes the tree held at the last :meth:`sample`."""
+        return len(self._last)
+
+    def stop_survivors(self) -> list[str]:
+        """SIGKILL every process seen in the tree that still runs (same pid and start time,
+        so never another one that took its pid); their names and pids."""
+        stopped = []
+        table = _process_table()
+        for pid, (start, name) in self.seen.items():
+            if pid in table and table[pid][2] == start:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                stopped.append(f"{name} ({pid})")
+        return stopped
+
+
+@dataclass
+class MmLinkRun:
+    """What one mm-link run gave: its command's output and mm-link's own CPU."""
+
+    stdout: str
+    #: mm-link's processes' CPU while the command ran (start-up excluded), % of one core;
+    #: None when none was seen running (it ended within its start-up).
+    cpu_percent: float | None
+    #: How many mm-link processes there were (the one started and its ferries).
+    processes: int
+    #: Processes of the run still alive after mm-link ended, stopped by the bench.
+    stopped_after_exit: list[str]
+
+
+def mm_link_argv(binary: Path, trace: Path, command: str, *extra: str, user: MmUser | None = None) -> list[str]:
+    """mm-link's command line with ``trace`` both ways, running ``sh -c command``; as
+    ``user`` (real and effective ids, no supplementary groups: mm-link checks the real ones)
+    when given."""
+    argv = [str(binary), str(trace), str(trace), *extra, "--", "sh", "-c", command]
+    if user is not None:
+        argv = ["setpriv", f"--reuid={user.uid}", f"--regid={user.gid}", "--clear-groups", "--", *argv]
+    return argv
+
+
+def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: str, out: Path,
+             user: MmUser | None = None, iperf_server: bool = False) -> MmLinkRun:
+    """Run ``command`` (sh -c; ``$MAHIMAHI_BASE`` is the host outside) inside ``mm-link trace
+    trace``, as ``user`` when given, with an iperf3 server outside when ``iperf_server``.
+
+    As root, the run happens in a network namespace of its own (``cb<run id>mmns``, IP
+    forwarding on, as mm-link requires): mm-link's TUN, its NAT rules and the iperf3 server
+    live there and go with it, and the host's own forwarding setting is never touched. The
+    namespace, the server and mm-link are on a ledger in ``out`` and removed on the way out
+    (error and Ctrl-C too); any process of mm-link's tree left running is stopped and named."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    if user is not None:
+        env |= {"HOME": str(user.folder), "USER": user.name, "LOGNAME": user.name}
+    stopped: list[str] = []
+    with Resources(new_run_id(), out / "mm-link-ledger.jsonl") as res, \
+            (out / "mm-link.stdout").open("w+") as stdout:
+        def inside(argv: list[str]) -> list[str]:
+            return argv
+        if os.geteuid() == 0:
+            ns = res.namespace(MM_NAMESPACE_ROLE)
+            ns.sysctl("net.ipv4.ip_forward", 1)
+            inside = ns.command
+        if iperf_server:
+            res.process(inside(["iperf3", "-s", "-p", str(MM_IPERF_PORT)]), name="iperf3-server",
+                        log_path=out / "iperf3-server.log")
+            time.sleep(0.3)  # the server binds
+        proc = res.process(inside(mm_link_argv(binary, trace, command, *extra, user=user)), name="mm-link",
+                           log_path=out / "mm-link.log", stdout=stdout.fileno(), env=env)
+        meter = ProcessTreeCpu(proc.pid, binary.name)
+        try:
+            deadline = time.monotonic() + seconds + MM_LINK_GRACE_S
+            started = time.monotonic() + MM_STARTUP_S
+            while proc.alive() and time.monotonic() < started:
+                meter.sample()  # learns the tree's processes as they appear
+                time.sleep(MM_SAMPLE_INTERVAL_S / 2)
+            meter.start()
+            while proc.alive():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{binary.name} still ran {seconds + MM_LINK_GRACE_S:.0f} s after it started")
+                time.sleep(MM_SAMPLE_INTERVAL_S)
+                meter.sample()
+        finally:
+            returncode = proc.close()
+            stopped = meter.stop_survivors()
+        if returncode != 0:
+            err = (out / "mm-link.log").read_text(errors="replace").strip()
+            raise RuntimeError(f"{binary.name} exited {returncode}: {err[-300:]}")
+        stdout.seek(0)
+        text = stdout.read()
+    return MmLinkRun(text, meter.percent() if meter.processes() else None, meter.processes(), stopped)
+
+
+def _mm_result(run: MmLinkRun, **figures: Any) -> dict[str, Any]:
+    result = {**figures, "cpu_percent": run.cpu_percent, "mm_link_processes": run.processes}
+    if run.stopped_after_exit:
+        result["stopped_after_exit"] = run.stopped_after_exit
+    return result
+
+
+def _files_dir(out: Path, user: MmUser | None) -> Path:
+    """Where a step's traces and logs go (made if need be): the user's folder when mm-link runs as one."""
+    if user is not None:
+        return user.dir_for(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def mm_link_idle(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
     """mm-link's CPU with no traffic, on a 12 Mbit/s constant trace."""
-    out = user.dir_for(out) if user else out
-    trace = constant_mahimahi_trace(out / "constant-12mbit.down", packets_per_ms=1)
-    _, cpu = _mm_link(binary, trace, f"sleep {seconds}", seconds, user=user)
-    return {"cpu_percent": cpu}
+    trace = constant_mahimahi_trace(_files_dir(out, user) / "constant-12mbit.down", packets_per_ms=1)
+    return _mm_result(_mm_link(binary, trace, f"sleep {seconds}", seconds, out=out, user=user))
+
+
+def _iperf_json(run: MmLinkRun) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = json.loads(run.stdout)
+    except json.JSONDecodeError as e:
+        raise RuntimeError(f"iperf3 inside mm-link gave no JSON result ({e}): {run.stdout.strip()[-300:]}") from None
+    if "error" in result:
+        raise RuntimeError(f"iperf3 inside mm-link: {result['error']}")
+    return result
 
 
 def mm_link_tcp(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
     """Bulk TCP downlink (iperf3 -R from inside mm-link to a server outside) over a trace of
     1000 opportunities per ms (12 Gbit/s): mm-link's ceiling, and its CPU."""
-    out = user.dir_for(out) if user else out
-    trace = constant_mahimahi_trace(out / "constant-12gbit.down", packets_per_ms=1000, period_ms=100)
-    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(MM_IPERF_PORT)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        stdout, cpu = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -J -t {seconds}',
-                               seconds, user=user)
-    finally:
-        if server.poll() is None:
-            server.terminate()
-        server.wait(timeout=10)
-    result = json.loads(stdout)
-    return {"gbit_s": round(result["end"]["sum_received"]["bits_per_second"] / 1e9, 3), "cpu_percent": cpu}
+    trace = constant_mahimahi_trace(_files_dir(out, user) / "constant-12gbit.down", packets_per_ms=1000, period_ms=100)
+    run = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -J -t {seconds}', seconds,
+                   out=out, user=user, iperf_server=True)
+    result = _iperf_json(run)
+    return _mm_result(run, gbit_s=round(result["end"]["sum_received"]["bits_per_second"] / 1e9, 3))
+
+
+#: Delivery opportunities per ms of the trace for mm-link's 100 Mbit/s step: 84 × 1500 bytes
+#: a ms is 1.008 Gbit/s, the emulator's 1 Gbit/s rate link of :func:`at_100mbit`.
+MM_1GBIT_PACKETS_PER_MS = 84
+
+
+def mm_link_100mbit(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
+    """Paced 100 Mbit/s UDP downlink (iperf3 -R, 1400-byte datagrams) over a ~1 Gbit/s
+    constant trace, as the emulator's :func:`at_100mbit`: mm-link's CPU."""
+    trace = constant_mahimahi_trace(_files_dir(out, user) / "constant-1gbit.down",
+                                    packets_per_ms=MM_1GBIT_PACKETS_PER_MS, period_ms=100)
+    run = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -u -b 100M -l 1400 -J '
+                                  f'-t {seconds}', seconds, out=out, user=user, iperf_server=True)
+    result = _iperf_json(run)
+    return _mm_result(run, mbit_s=round(result["end"]["sum"]["bits_per_second"] / 1e6, 1))
+
+
+def mm_link_delivered_ms(log: str) -> list[int]:
+    """The delivery times (ms) of mm-link's ``--downlink-log``: lines ``TIME - BYTES``
+    (arrivals ``+``, drops ``d`` and ``#`` header lines are not deliveries)."""
+    delivered = []
+    for line in log.splitlines():
+        fields = line.split()
+        if line.startswith("#") or len(fields) < 2 or fields[1] != "-":
+            continue
+        delivered.append(int(fields[0]))
+    return delivered
 
 
 def mm_link_12mbit(binary: Path, out: Path, seconds: float, user: MmUser | None = None) -> dict[str, Any]:
     """A constant 12 Mbit/s trace saturated by UDP (iperf3 -R, 14 Mbit/s of 1472-byte
     datagrams): the delivered inter-arrival p99 from mm-link's own downlink log (whole ms: the
     log's resolution)."""
-    out = user.dir_for(out) if user else out
-    trace = constant_mahimahi_trace(out / "constant-12mbit.down", packets_per_ms=1)
-    log = out / "downlink.log"
-    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(MM_IPERF_PORT)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(0.3)
-        _, cpu = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -u -b 14M -l 1472 '
-                                         f'-t {seconds}', seconds, f"--downlink-log={log}", user=user)
-    finally:
-        if server.poll() is None:
-            server.terminate()
-        server.wait(timeout=10)
-    delivered = [int(line.split()[0]) for line in log.read_text().splitlines()
-                 if not line.startswith("#") and len(line.split()) >= 2 and line.split()[1] == "-"]
+    files = _files_dir(out, user)
+    trace = constant_mahimahi_trace(files / "constant-12mbit.down", packets_per_ms=1)
+    log = files / "downlink.log"
+    run = _mm_link(binary, trace, f'iperf3 -c "$MAHIMAHI_BASE" -p {MM_IPERF_PORT} -R -u -b 14M -l 1472 '
+                                  f'-t {seconds}', seconds, f"--downlink-log={log}", out=out, user=user,
+                   iperf_server=True)
+    delivered = mm_link_delivered_ms(log.read_text())
     gaps = np.diff(np.asarray(delivered, dtype=np.int64)) * 1000
-    return {"interarrival_p99_ms": _percentiles_ms(gaps)["p99_ms"], "packets": len(delivered), "cpu_percent": cpu,
-            "resolution_ms": 1}
+    return _mm_result(run, interarrival_p99_ms=_percentiles_ms(gaps)["p99_ms"], packets=len(delivered),
+                      resolution_ms=1)
+
+
+#: Each mm-link step and the emulator step it is measured beside (run right after it, in
+#: every repetition, so the two see the same machine).
+MM_BESIDE = {"mm_idle": "idle", "mm_tcp": "tcp", "mm_100mbit": "at_100mbit", "mm_12mbit": "mahimahi"}
 
 
 def mm_link_steps(binary: Path, seconds: float, user: MmUser | None = None) -> list[Step]:
-    """The mm-link measurements, beside the emulator's steps of the same name (``mm_`` prefix),
-    run as ``user`` when given."""
+    """The mm-link measurements, beside the emulator's steps of :data:`MM_BESIDE` (``mm_``
+    prefix), run as ``user`` when given."""
     return [Step("mm_idle", "mm-link: idle CPU", lambda d: mm_link_idle(binary, d, seconds, user)),
             Step("mm_tcp", "mm-link: bulk TCP", lambda d: mm_link_tcp(binary, d, seconds, user)),
+            Step("mm_100mbit", "mm-link: 100 Mbit/s UDP", lambda d: mm_link_100mbit(binary, d, seconds, user)),
             Step("mm_12mbit", "mm-link: 12 Mbit/s saturated", lambda d: mm_link_12mbit(binary, d, seconds, user))]
+
+
+def interleave(steps: list[Step]) -> list[Step]:
+    """The emulator's steps in order, each mm-link step right after the one it is measured
+    beside (:data:`MM_BESIDE`); an mm-link step without its partner in ``steps`` goes last."""
+    keys = {step.key for step in steps}
+    ordered = []
+    for step in steps:
+        if step.key in MM_BESIDE and MM_BESIDE[step.key] in keys:
+            continue
+        ordered.append(step)
+        ordered += [s for s in steps if MM_BESIDE.get(s.key) == step.key]
+    return ordered
 
 
 def _cpu_ticks() -> tuple[int, int]:
@@ -600,31 +836,42 @@ def _run_all(stack: contextlib.ExitStack, work: Path, seconds: float, console: C
              lambda d: cell_45(d, seconds, diag={"file": False})),
         Step("mahimahi", "Mahimahi traces", lambda d: mahimahi(d, seconds, traces)),
     ]
-    mm_link = mm_link_binary()
-    #: Why mm-link cannot run at all here (its user could not be made): each of its steps says so.
+    #: Why mm-link cannot run at all here ($MM_LINK names no program, its user could not be
+    #: made): each of its steps that was asked for says so, and the reference table follows.
     mm_problem: str | None = None
     user: MmUser | None = None
-    if mm_link is not None:
-        if not only or any(key.startswith("mm_") for key in only):
-            try:
-                user = stack.enter_context(mm_user(mm_user_name, console))
-            except (RuntimeError, OSError) as e:
-                mm_problem = f"{type(e).__name__}: {e}"
-        steps += mm_link_steps(mm_link, seconds, user)
+    mm_link: Path | None = None
+    try:
+        mm_link = mm_link_binary()
+    except MmLinkMissing as e:
+        mm_problem = str(e)
+    wants_mm = not only or any(key.startswith("mm_") for key in only)
+    if mm_link is not None and wants_mm:
+        try:
+            user = stack.enter_context(mm_user(mm_user_name, console))
+        except (RuntimeError, OSError) as e:
+            mm_problem = f"{type(e).__name__}: {e}"
+    # The mm-link steps are always known (--only may name them); without mm-link they run
+    # only when named, to say why they cannot.
+    steps = interleave(steps + mm_link_steps(mm_link or Path(os.environ.get(MM_LINK_ENV) or "mm-link"), seconds, user))
     unknown = (only or set()) - {step.key for step in steps}
     if unknown:
         raise click.BadParameter(f"unknown step(s) {', '.join(sorted(unknown))}; "
                                  f"known: {', '.join(step.key for step in steps)}", param_hint="--only")
+    if mm_link is None and mm_problem is None:
+        mm_problem = f"no mm-link here (${MM_LINK_ENV}, or mm-link on PATH)"
+        steps = [step for step in steps if not step.key.startswith("mm_") or (only and step.key in only)]
     results: dict[str, Any] = {"seconds_per_measurement": seconds, "repeat": repeat,
                                "load_average_before": os.getloadavg()[0], "cpus": os.cpu_count(),
-                               "mm_link": str(mm_link) if mm_link else None,
+                               "mm_link": str(mm_link) if mm_link else os.environ.get(MM_LINK_ENV) or None,
                                "mm_user": user.name if user is not None else None,
                                "references": REFERENCES, "runs": {}}
     steal: dict[str, list[float]] = {}
-    for step in steps:
-        if only and step.key not in only:
-            continue
-        for i in range(repeat):
+    chosen = [step for step in steps if not only or step.key in only]
+    # Repetitions outermost: an mm-link step runs right after its emulator step in every
+    # round, so a machine whose load drifts shows in both columns alike.
+    for i in range(repeat):
+        for step in chosen:
             console.print(f"[dim]measuring {step.what} ({i + 1}/{repeat}) …[/dim]")
             directory = work / f"{step.key}-{i}"
             directory.mkdir(parents=True)
@@ -633,14 +880,15 @@ def _run_all(stack: contextlib.ExitStack, work: Path, seconds: float, console: C
                 if mm_problem is not None and step.key.startswith("mm_"):
                     raise RuntimeError(mm_problem)
                 results["runs"].setdefault(step.key, []).append(step.run(directory))
-            except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError) as e:
+            except (RuntimeError, OSError, ValueError, KeyError, subprocess.SubprocessError, ClawbedError) as e:
                 if not step.key.startswith("mm_"):
                     raise
-                # mm-link that cannot run here (not setuid, no IP forwarding, …): said, not fatal.
+                # mm-link that cannot run here (not setuid, refused, …): said, not fatal.
                 results["runs"].setdefault(step.key, []).append({"error": f"{type(e).__name__}: {e}"})
             # CPU time the hypervisor gave to others while this step ran: a VM's timing noise.
             total_after, stolen_after = _cpu_ticks()
             steal.setdefault(step.key, []).append(round(100.0 * (stolen_after - stolen) / max(total_after - total, 1), 1))
+    for step in chosen:
         results[step.key] = results["runs"][step.key][0]
     results["cpu_steal_percent"] = steal
     results["load_average_after"] = os.getloadavg()[0]
@@ -660,6 +908,24 @@ def _span(runs: list[Any], get: Callable[[Any], Any]) -> str:
     return f"{min(numbers)}–{max(numbers)}"
 
 
+#: The heading of mm-link's column when it was measured live.
+MM_COLUMN = "mm-link, now"
+#: The CPU figures compared live: (what, the emulator's step, mm-link's step).
+CPU_PAIRS = (("idle", "idle", "mm_idle"), ("100 Mbit/s", "at_100mbit", "mm_100mbit"))
+
+
+def cpu_ratios(runs: dict[str, list[Any]]) -> dict[str, float]:
+    """clawbed-emu's CPU over mm-link's, median over the runs, for each pair of
+    :data:`CPU_PAIRS` that both measured (mm-link's at zero: no ratio)."""
+    ratios = {}
+    for what, emu_key, mm_key in CPU_PAIRS:
+        emu = [r["cpu_percent"] for r in runs.get(emu_key, [])]
+        mm = [r["cpu_percent"] for r in runs.get(mm_key, []) if r.get("cpu_percent") is not None]
+        if emu and mm and float(np.median(mm)) > 0:
+            ratios[what] = round(float(np.median(emu)) / float(np.median(mm)), 2)
+    return ratios
+
+
 def render(results: dict[str, Any], console: Console) -> None:
     """The table of every step that ran; figures over repeated runs are shown as ranges."""
     runs: dict[str, list[Any]] = results["runs"]
@@ -669,12 +935,12 @@ def render(results: dict[str, Any], console: Console) -> None:
     live = any("error" not in r for value in mm_runs.values() for r in value)
     mm_failures = {key: next(r["error"] for r in value if "error" in r)
                    for key, value in mm_runs.items() if any("error" in r for r in value)}
-    table = TerminalTable(title="clawbed-emu benchmark" + (f" beside {results['mm_link']}, measured now" if live else ""),
-                          show_lines=False)
+    table = TerminalTable(title="clawbed-emu benchmark" + (f" beside {results['mm_link']}, both measured now on "
+                                                           "this machine" if live else ""), show_lines=False)
     table.add_column("measurement")
     table.add_column("clawbed-emu", justify="right")
     if live:
-        table.add_column("mm-link, same machine, now", justify="right")
+        table.add_column(MM_COLUMN, justify="right")
 
     def row(what: str, emu: str, mm: str = "") -> None:
         if live:
@@ -693,17 +959,19 @@ def render(results: dict[str, Any], console: Console) -> None:
     def span(key: str, get: Callable[[Any], Any]) -> str:
         return _span(runs[key], get)
 
+    if "idle" in runs or "mm_idle" in runs:
+        row("CPU with no traffic (1 UE)", span("idle", lambda r: r["cpu_percent"]) + " % of a core"
+            if "idle" in runs else "", mm("mm_idle", lambda r: r["cpu_percent"], "% of a core"))
     if "idle" in runs:
-        row("CPU with no traffic (1 UE)",
-                      f"{span('idle', lambda r: r['cpu_percent'])} % of a core: {_by_thread(results['idle'])}",
-                      mm("mm_idle", lambda r: r["cpu_percent"], "% of a core (mm-link process)"))
+        row("  idle: CPU % by thread", _by_thread(results["idle"]), "")
+    if "tcp" in runs or "mm_tcp" in runs:
+        row("bulk TCP ceiling (iperf3)",
+            f"{span('tcp', lambda r: r['gbit_s'])} Gbit/s, {span('tcp', lambda r: r['kpps'])} kpps" if "tcp" in runs
+            else "", mm("mm_tcp", lambda r: r["gbit_s"], "Gbit/s"))
+        row("CPU per Gbit/s (TCP)",
+            f"{span('tcp', lambda r: r['cpu_percent_per_gbit_s'])} % of a core" if "tcp" in runs else "",
+            mm("mm_tcp", lambda r: round(r["cpu_percent"] / r["gbit_s"], 1) if r["gbit_s"] else None, "% of a core"))
     if "tcp" in runs:
-        row("TCP through the emulator (iperf3)",
-                      f"{span('tcp', lambda r: r['gbit_s'])} Gbit/s, {span('tcp', lambda r: r['kpps'])} kpps",
-                      mm("mm_tcp", lambda r: r["gbit_s"], "Gbit/s"))
-        row("CPU per Gbit/s (TCP)", f"{span('tcp', lambda r: r['cpu_percent_per_gbit_s'])} % of a core",
-                      mm("mm_tcp", lambda r: round(r["cpu_percent"] / r["gbit_s"], 1) if r["gbit_s"] else None,
-                         "% of a core (mm-link process)"))
         row("CPU per 100 kpps (TCP)", f"{span('tcp', lambda r: r['cpu_percent_per_100kpps'])} % of a core",
                       "")
         row("  TCP: CPU % by thread", _by_thread(results["tcp"]), "")
@@ -720,10 +988,13 @@ def render(results: dict[str, Any], console: Console) -> None:
                       f"{span('udp_small', lambda r: r['dropped_in_emulator'])} in the emulator, "
                       f"{span('udp_small', lambda r: r['dropped_at_tun_queue'])} at the TUN queue", "")
         row("  UDP: CPU % by thread", _by_thread(results["udp_small"]), "")
+    if "mm_100mbit" in runs and "at_100mbit" not in runs:
+        row("CPU at 100 Mbit/s (1 Gbit/s rate link)", "", mm("mm_100mbit", lambda r: r["cpu_percent"], "% of a core"))
     for key, how in (("at_100mbit", "1 Gbit/s rate link"), ("at_100mbit_cell", "full cell model")):
         if key not in runs:
             continue
-        row(f"CPU at 100 Mbit/s ({how})", f"{span(key, lambda r: r['cpu_percent'])} % of a core")
+        row(f"CPU at 100 Mbit/s ({how})", f"{span(key, lambda r: r['cpu_percent'])} % of a core",
+            mm("mm_100mbit", lambda r: r["cpu_percent"], "% of a core") if key == "at_100mbit" else "")
         row("  100 Mbit/s: CPU % by thread", _by_thread(results[key]), "")
         row("  delivery timing error p50 / p99 / max, first packet of each due instant",
                       f"{span(key, lambda r: r['delivery_error_first_of_instant']['p50_ms'])} / "
@@ -762,6 +1033,9 @@ def render(results: dict[str, Any], console: Console) -> None:
                       f"{span(key, lambda r: r['subframe_lateness_ms']['max'])} ms "
                       f"({span(key, lambda r: r['idle_subframes_percent'])} % of subframes idle, batched); "
                       f"delivery error p99 {span(key, lambda r: r['downlink_delivery_error_ms']['p99'])} ms", "")
+    if "mm_12mbit" in runs and "mahimahi" not in runs:
+        row("12 Mbit/s trace saturated: inter-arrival p99", "",
+            mm("mm_12mbit", lambda r: r["interarrival_p99_ms"], "ms (mm-link's log: whole ms)"))
     if "mahimahi" in runs:
         for i, entry in enumerate(results["mahimahi"]):
             reference = (mm("mm_12mbit", lambda r: r["interarrival_p99_ms"], "ms (mm-link's log: whole ms)")
@@ -772,6 +1046,10 @@ def render(results: dict[str, Any], console: Console) -> None:
                           f"{span('mahimahi', functools.partial(_nth_trace, i, ('delivery_error', 'p99_ms')))} ms",
                           reference)
     console.print(table)
+    ratios = cpu_ratios(runs)
+    if ratios:
+        console.print("CPU, clawbed-emu ÷ mm-link (medians; below 1: the emulator costs less): "
+                      + ", ".join(f"{what} ×{ratio}" for what, ratio in ratios.items()))
     if mm_failures:
         console.print(f"mm-link ({results.get('mm_link')}) failed live here"
                       + (f" (as user {results['mm_user']})" if results.get("mm_user") else "") + ": "
