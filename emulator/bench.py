@@ -1054,6 +1054,10 @@ def render(results: dict[str, Any], console: Console) -> None:
         console.print(f"mm-link ({results.get('mm_link')}) failed live here"
                       + (f" (as user {results['mm_user']})" if results.get("mm_user") else "") + ": "
                       + "; ".join(f"{key}: {why}" for key, why in mm_failures.items()))
+    left = {key: names for key, value in mm_runs.items() for r in value if (names := r.get("stopped_after_exit"))}
+    if left:
+        console.print("mm-link left processes running after it ended (the bench stopped them): "
+                      + "; ".join(f"{key}: {', '.join(names)}" for key, names in left.items()))
     if not live or mm_failures:
         why = ("mm-link failed live here, so these instead" if mm_runs else
                "no mm-link here: $MM_LINK or mm-link on PATH to measure it beside the emulator")

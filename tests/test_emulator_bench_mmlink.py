@@ -160,6 +160,13 @@ def test_live_figures_in_one_table_of_80_columns() -> None:
     assert "not a comparison" not in printed
     for figure in ("1.22 % of a core", "1.637 Gbit/s", "6.1 % of a core", "idle ×0.16"):
         assert figure in printed, figure
+    assert "left processes running" not in printed
+    results = _live_results()
+    results["runs"]["mm_idle"][0]["stopped_after_exit"] = ["dnsmasq (4242)"]
+    text = io.StringIO()
+    bench.render(results, Console(file=text, width=80))
+    assert "left processes running after it ended (the bench stopped them): mm_idle: dnsmasq (4242)" in " ".join(
+        text.getvalue().split())
 
 
 def test_without_mm_link_the_references_say_where_and_when() -> None:
