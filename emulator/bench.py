@@ -649,7 +649,6 @@ def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: st
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
     if user is not None:
         env |= {"HOME": str(user.folder), "USER": user.name, "LOGNAME": user.name}
-    stopped: list[str] = []
     with Resources(new_run_id(), out / "mm-link-ledger.jsonl") as res, \
             (out / "mm-link.stdout").open("w+") as stdout:
         def inside(argv: list[str]) -> list[str]:
@@ -682,7 +681,8 @@ def _mm_link(binary: Path, trace: Path, command: str, seconds: float, *extra: st
             stopped = meter.stop_survivors()
         if returncode != 0:
             err = (out / "mm-link.log").read_text(errors="replace").strip()
-            raise RuntimeError(f"{binary.name} exited {returncode}: {err[-300:]}")
+            left = f" (it left running, stopped by the bench: {', '.join(stopped)})" if stopped else ""
+            raise RuntimeError(f"{binary.name} exited {returncode}: {err[-300:]}{left}")
         stdout.seek(0)
         text = stdout.read()
     return MmLinkRun(text, meter.percent() if meter.processes() else None, meter.processes(), stopped)

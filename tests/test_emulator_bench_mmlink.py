@@ -15,6 +15,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -306,6 +307,35 @@ def test_a_failing_mm_link_falls_back_to_the_references_saying_so(tmp_path: Path
     assert "failed live here" in printed and "mm_idle: RuntimeError: mm-link exited 1: please run as non-root" in printed
     assert "mm-link failed live here, so these instead" in printed and "not a comparison" in printed
     assert "issue 14" in printed  # the reference figures, with where they were measured
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_bench_leaves_no_user_folder_or_namespace(tmp_path: Path, public_dir: Path,
+                                                                 how: signal.Signals) -> None:
+    """Ctrl-C (or SIGTERM) while mm-link runs: the user, its folder, the namespace and every
+    process of the run are gone when the bench has ended."""
+    folders_before = set(Path(tempfile.gettempdir()).glob("clawbed-mm-*"))
+    env = dict(os.environ, MM_LINK=str(_program(public_dir, REFUSES_ROOT)), PYTHONUNBUFFERED="1")
+    bench_run = subprocess.Popen([sys.executable, "-m", "clawbed.emulator.bench", "--only", "mm_idle", "--seconds",
+                                  "30", "--output", str(tmp_path / "out.json")], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+    try:
+        assert bench_run.stdout is not None
+        first = bench_run.stdout.readline()
+        user = re.search(r"mm-link runs as (\S+),", first)
+        assert user, first
+        pwd.getpwnam(user.group(1))
+        time.sleep(2)  # well into the run: the stand-in and its sleep started
+        bench_run.send_signal(how)
+        bench_run.wait(timeout=30)
+    finally:
+        if bench_run.poll() is None:
+            bench_run.kill()
+            bench_run.wait()
+    assert bench_run.returncode != 0  # interrupted, not finished
+    _nothing_left(user.group(1))
+    assert set(Path(tempfile.gettempdir()).glob("clawbed-mm-*")) <= folders_before
 
 
 @pytest.mark.root
