@@ -33,7 +33,7 @@ PACKAGE_OF = {
     "env": "essential", "sysctl": "procps",
     "mount": "essential", "umount": "essential", "kill": "procps", "sleep": "essential",
     # passwd (Priority: required, so in minbase): the emulator bench makes the user mm-link runs as.
-    "useradd": "essential", "userdel": "essential",
+    "useradd": "essential", "userdel": "essential", "setpriv": "essential",
     "rustc": "built", "cargo": "built", "clawbed-emu": "built", "cbtrace": "built",
 }
 
