@@ -158,6 +158,8 @@ class Lateness:
     stall_ms: float | None = None
     #: Those slips, in time order (for a scheduler trace's attribution).
     slips: list[Slip] = field(default_factory=list)
+    #: How long the measured span (the load) lasted, ms (None: not known).
+    span_ms: float | None = None
 
 
 def find_slips(t_ms: np.ndarray, lateness_us: np.ndarray, busy: np.ndarray,
@@ -226,7 +228,7 @@ class LoadTiming:
             if (t is not None and len(t) and np.nanmax(t) >= t1_ms) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        out = Lateness(None, None, None, None)
+        out = Lateness(None, None, None, None, span_ms=t1_ms - t0_ms)
         tc = self.truth.columns
         if "t_ms" in tc and "wake_lateness_us" in tc:
             sel = (tc["t_ms"] >= t0_ms) & (tc["t_ms"] <= t1_ms)
@@ -339,22 +341,33 @@ class EvidenceRule(LateRule):
     what injected stalls did to the PLT (docs/timing.md, "A threshold from evidence")."""
 
     name = "evidence"
-    #: Largest stall (sum of busy slips of at least SLIP_FLOOR_MS) a load may have, ms.
+    #: Largest stall (sum of busy slips of at least SLIP_FLOOR_MS) a load may have, ms, or
+    #: STALL_SHARE of the load's duration when that is more: a stall can add at most itself to
+    #: the PLT, and a bound fixed in ms would hold a 4 s load to half the share of a 2 s one.
     MAX_STALL_MS = 5.0
+    #: The stall's bound as a share of the load's duration (0.5 %: 5 ms of a 1 s load).
+    STALL_SHARE = 0.005
     #: Largest single slip, and delivery error, ms: below Cubic's HyStart delay threshold (at
     #: least 4 ms), so one slip cannot end a slow start by itself.
     MAX_SLIP_MS = 2.0
-    help = (f"flag a load when the cell's clock stood still more than {MAX_STALL_MS:g} ms in all while it held "
-            f"data, or more than {MAX_SLIP_MS:g} ms at once")
+    help = (f"flag a load when the cell's clock stood still more than {MAX_STALL_MS:g} ms (or "
+            f"{100 * STALL_SHARE:g} % of the load, if more) in all while it held data, or more than "
+            f"{MAX_SLIP_MS:g} ms at once")
+
+    def max_stall_ms(self, span_ms: float | None) -> float:
+        """The stall bound of a load lasting ``span_ms``, ms."""
+        return max(self.MAX_STALL_MS, self.STALL_SHARE * (span_ms or 0.0))
 
     def timing_ok(self, lateness: Lateness) -> bool | None:
         worst = [v for v in (lateness.subframe_max_ms, lateness.delivery_max_ms) if v is not None]
         if not worst:
             return None
-        return all(v <= self.MAX_SLIP_MS for v in worst) and (lateness.stall_ms or 0.0) <= self.MAX_STALL_MS
+        return (all(v <= self.MAX_SLIP_MS for v in worst)
+                and (lateness.stall_ms or 0.0) <= self.max_stall_ms(lateness.span_ms))
 
     def describe(self) -> str:
-        return f"stalled more than {self.MAX_STALL_MS:g} ms in all or {self.MAX_SLIP_MS:g} ms at once"
+        return (f"stalled more than {self.MAX_STALL_MS:g} ms (or {100 * self.STALL_SHARE:g} % of the load) "
+                f"in all or {self.MAX_SLIP_MS:g} ms at once")
 
 
 register_rule(StrictRule())
@@ -378,8 +391,11 @@ def timing_ok_by(record: LoadRecord, rule: str) -> bool | None:
     how a run's loads read under the other rule (``make bench``'s first-attempt share)."""
     if record.subframe_late_max_ms is None and record.delivery_err_max_ms is None:
         return None
+    span_ms = None
+    if record.t_start_unix_s is not None and record.t_end_unix_s is not None:
+        span_ms = (record.t_end_unix_s - record.t_start_unix_s) * 1000.0
     lateness = Lateness(record.subframe_late_max_ms, record.subframe_late_p999_ms, record.delivery_err_max_ms,
-                        record.delivery_err_p999_ms, stall_ms=record.subframe_stall_ms)
+                        record.delivery_err_p999_ms, stall_ms=record.subframe_stall_ms, span_ms=span_ms)
     return LATE_RULES[rule].timing_ok(lateness)
 
 

@@ -89,3 +89,21 @@ def test_a_judged_load_reads_again_under_the_other_rule() -> None:
     assert record.timing_ok is False
     assert lateness.timing_ok_by(record, "evidence") is True and lateness.timing_ok_by(record, "strict") is False
     assert lateness.timing_ok_by(LoadRecord(load=1, round=0, scheme="cubic"), "evidence") is None
+
+
+@pytest.mark.parametrize(("span_ms", "evidence"), [
+    (None, False),     # duration unknown: the fixed 5 ms bound
+    (1_000.0, False),  # 0.5 % of 1 s is 5 ms: 6 ms in all is beyond it
+    (2_000.0, True),   # 0.5 % of 2 s is 10 ms
+])
+def test_the_stall_bound_grows_with_the_load(span_ms: float | None, evidence: bool) -> None:
+    measured = _lateness([1.2] * 5)
+    measured.span_ms = span_ms
+    record = LoadRecord(load=0, round=0, scheme="claw")
+    judge(record, measured, "evidence")
+    assert record.timing_ok is evidence
+    # Read again from the record alone: the load's duration is its start and end.
+    if span_ms is not None:
+        record.t_start_unix_s, record.t_end_unix_s = 1_000.0, 1_000.0 + span_ms / 1000.0
+        assert lateness.timing_ok_by(record, "evidence") is evidence
+        assert lateness.timing_ok_by(record, "strict") is False
