@@ -119,7 +119,7 @@ class TcProgram:
     (its name), ingress or egress; ``close`` deletes the filter (and the ``clsact`` qdisc if
     it added it), and is fine with a device or namespace that already went (the emulator
     removes its TUNs). Attached and removed through libbpf's netlink calls from a thread
-    inside the namespace (:func:`~clawbed.claw.server.nsthread.in_netns`), not by ``tc``
+    inside the namespace (:func:`~clawbed.netns.in_netns`), not by ``tc``
     processes; the ledger entry is the one ``tc`` undoes after a crash."""
 
     def __init__(self, netns: str, device: str, prog_pin: Path, *, direction: str, pref: int,
@@ -127,7 +127,7 @@ class TcProgram:
         if direction not in ("ingress", "egress"):
             raise ValueError(f"tc direction must be ingress or egress, not {direction!r}")
         from clawbed.claw.server import bpfmap, libbpf
-        from clawbed.claw.server.nsthread import in_netns
+        from clawbed.netns import in_netns
 
         self.netns, self.device, self.direction, self.pref = netns, device, direction, pref
         self._point = libbpf.TC_INGRESS if direction == "ingress" else libbpf.TC_EGRESS
@@ -157,7 +157,7 @@ class TcProgram:
         if not os.path.exists(f"/var/run/netns/{self.netns}"):
             return  # the namespace went, and the device with it
         from clawbed.claw.server import libbpf
-        from clawbed.claw.server.nsthread import in_netns
+        from clawbed.netns import in_netns
 
         def detach() -> None:
             try:
@@ -180,7 +180,7 @@ def device_l2_len(netns: str, device: str) -> int:
     """Bytes before the IPv4 header on ``device`` of namespace ``netns``: 14 with an
     Ethernet header (veth, loopback), 0 without (TUN); from the device's ARPHRD type (read
     with an ``ioctl`` from a thread inside the namespace, no process)."""
-    from clawbed.claw.server.nsthread import in_netns
+    from clawbed.netns import in_netns
 
     def link_type() -> int:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

@@ -557,31 +557,38 @@ _CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def socket_in_namespace(ns_name: str, family: int = socket.AF_INET,
-                        kind: int = socket.SOCK_STREAM) -> socket.socket:
-    """A socket created inside namespace ``ns_name`` (it stays there; this process does not move).
+def in_netns(ns_name: str, what: str, fn: Callable[[], _T]) -> _T:
+    """``fn()`` run in a short-lived thread inside namespace ``ns_name``; its result.
 
-    A socket belongs to the namespace it was created in, so a short-lived thread enters the
-    namespace (``setns`` is per thread), creates it, and ends; Python 3.11 has no ``os.setns``.
+    What such a thread opens belongs to that namespace (sockets, netlink sockets,
+    ``/proc/sys/net`` files) and stays there; this process does not move (``setns`` is per
+    thread; Python 3.11 has no ``os.setns``). An ``OSError`` (or :class:`ResourceError`) ``fn``
+    raises comes back as a :class:`ResourceError` naming the namespace and ``what``.
     """
     result: dict[str, object] = {}
 
-    def make() -> None:
+    def run() -> None:
         try:
             with open(f"/var/run/netns/{ns_name}") as f:
                 if _libc.setns(f.fileno(), _CLONE_NEWNET) != 0:
                     err = ctypes.get_errno()
                     raise OSError(err, os.strerror(err))
-            result["sock"] = socket.socket(family, kind)
-        except OSError as e:
+            result["value"] = fn()
+        except (OSError, ResourceError) as e:
             result["error"] = e
 
-    t = threading.Thread(target=make, name=f"setns-{ns_name}")
+    t = threading.Thread(target=run, name=f"setns-{ns_name}")
     t.start()
     t.join()
     if "error" in result:
         e = result["error"]
-        raise ResourceError(f"creating a socket in namespace {ns_name}: {getattr(e, 'strerror', e)}")
-    sock = result["sock"]
-    assert isinstance(sock, socket.socket)
-    return sock
+        detail = (getattr(e, "strerror", None) or str(e)) if isinstance(e, OSError) else str(e)
+        raise ResourceError(f"in namespace {ns_name}: {what}: {detail}") from e  # type: ignore[misc]
+    return result["value"]  # type: ignore[return-value]
+
+
+def socket_in_namespace(ns_name: str, family: int = socket.AF_INET,
+                        kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket created inside namespace ``ns_name`` (it stays there; this process does not
+    move): :func:`in_netns`."""
+    return in_netns(ns_name, "creating a socket", lambda: socket.socket(family, kind))

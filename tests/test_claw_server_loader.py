@@ -50,7 +50,7 @@ def _tun(ns_name: str, name: str, link_type: int | None = None) -> None:
     import os
     import struct
 
-    from clawbed.claw.server.nsthread import in_netns
+    from clawbed.netns import in_netns
 
     def make() -> None:
         fd = os.open("/dev/net/tun", os.O_RDWR)

@@ -103,7 +103,6 @@ def test_an_agent_that_cannot_serve_fails_the_setup_clearly(tmp_path: Path) -> N
                                             diag_port=cell.emulator.diag_port(0))])
         taken = socket_in_namespace(topo.core.name, socket.AF_INET, socket.SOCK_DGRAM)
         taken.bind((ctx.server_address, ctx.agent_port))  # the agent's port, held by someone else
-        before = set(available_congestion_controls())
         scheme = get_scheme("claw")()
         try:
             with pytest.raises(ResourceError) as failed:
@@ -116,5 +115,6 @@ def test_an_agent_that_cannot_serve_fails_the_setup_clearly(tmp_path: Path) -> N
         assert f"binding UDP {ctx.server_address}:{ctx.agent_port}" in message
         assert str(tmp_path / "claw-agent.log") in message
         # What the set-up had made is gone again.
-        assert set(available_congestion_controls()) == before
+        # (This run's own: other runs on the machine may register theirs meanwhile.)
+        assert not [cc for cc in available_congestion_controls() if cc.startswith(f"claw_{cell.res.run_id}")]
         assert str(tmp_path) not in Path("/proc/mounts").read_text()

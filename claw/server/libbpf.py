@@ -236,7 +236,7 @@ class BpfObject:
 
 
 # --- tc attachment (libbpf's netlink calls; run them in a thread inside the namespace:
-# clawbed.claw.server.nsthread.in_netns) ------------------------------------------------------
+# clawbed.netns.in_netns) ------------------------------------------------------
 
 #: ``enum bpf_tc_attach_point``.
 TC_INGRESS = 1 << 0

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from clawbed import tcpstack
-from clawbed.claw.server.nsthread import in_netns
-from clawbed.netns import Namespace
+from clawbed.netns import Namespace, in_netns
 
 _T = TypeVar("_T")
 
@@ -47,7 +46,7 @@ def check_overrides(overrides: dict[str, str]) -> None:
 
 
 def in_namespace(ns: Namespace, what: str, fn: Callable[[], _T]) -> _T:
-    """``fn()`` run in a thread inside ``ns`` (:func:`~clawbed.claw.server.nsthread.in_netns`;
+    """``fn()`` run in a thread inside ``ns`` (:func:`~clawbed.netns.in_netns`;
     ``/proc/sys/net`` shows the reading thread's namespace): a sysctl read or written without
     an ``ip netns exec`` process each (a load's set-up made eight). Errors name ``what``."""
     return in_netns(ns.name, what, fn)
