@@ -18,7 +18,7 @@ from clawbed.orchestrator.analyze import with_airtime
 from clawbed.orchestrator.runner import Executor, make_executor, run_suite
 from clawbed.orchestrator.spec import load_spec
 from clawbed.orchestrator.store import DEFAULT_SWEEP, Store, default_store_path, iter_csv_rows, read_csv_rows
-from clawbed.tables import Column, Listing, TerminalTable, default_format, format_option, markdown_table
+from clawbed.tables import Column, Listing, TerminalTable, default_format, format_option, markdown_table, styled
 
 _store_option = click.option("--store", "store_path", type=click.Path(path_type=Path), default=None,
                              help="the SQLite result store (default: <runs>/results.sqlite)")
@@ -277,7 +277,7 @@ def results_import(csv_path: Path, store_path: Path | None) -> None:
 
 
 def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, json_path: Path | None,
-           store_path: Path | None) -> None:
+           store_path: Path | None, fmt: str | None) -> None:
     """The detectable-effect table from unchanged reruns in the store."""
     if len(sweeps) < 2:
         raise InputError("--power-from: give at least two sweeps (unchanged reruns of the suite)")
@@ -289,17 +289,18 @@ def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, j
                 raise InputError(f"--power-from: no loads of suite {suite_name} in sweep {sweep!r} of {store.path}")
             samples.append(rg.samples_from_loads(loads))
     rows = rg.power_table(samples, n_pairs=n_pairs, threshold=threshold)
-    table = TerminalTable(title=f"{suite_name}: the smallest PLT change caught with 95% probability by a paired check "
-                                f"of {n_pairs} pairs (regression when CI low > 1 and ratio ≥ {threshold:g}), from the "
-                                f"noise of {len(sweeps)} unchanged reruns")
-    for col in ("scenario", "scheme", "pairs", "noise (RMS log ratio)", "detectable ratio", "power at 1.10",
-                "false alarms"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["label"], r["scheme"], str(r["pairs_measured"]), f"{r['noise_rms_log']:.3f}",
-                      f"{r['detectable_ratio']:.3f}" if r["detectable_ratio"] else "> 3", f"{r['power_at_1.10']:.0%}",
-                      f"{r['false_alarms_at_1.00']:.1%}")
-    _console().print(table)
+    Listing(f"{suite_name}: the smallest PLT change caught with 95% probability by a paired check of {n_pairs} "
+            f"pairs, from the noise of {len(sweeps)} unchanged reruns", (
+                Column("label", "scenario"), Column("scheme"),
+                Column("pairs_measured", "pairs", justify="right", drop=2),
+                Column("noise_rms_log", "noise (RMS log)", justify="right", show=lambda v: f"{v:.3f}", drop=1),
+                Column("detectable_ratio", "detectable", justify="right",
+                       show=lambda v: f"{v:.3f}" if v else "> 3"),
+                Column("power_at_1.10", "power 1.10", justify="right", show=lambda v: f"{v:.0%}"),
+                Column("false_alarms_at_1.00", "false alarms", justify="right", show=lambda v: f"{v:.1%}")),
+            [(r["label"], r["scheme"], r["pairs_measured"], r["noise_rms_log"], r["detectable_ratio"],
+              r["power_at_1.10"], r["false_alarms_at_1.00"]) for r in rows],
+            caption=f"regression when CI low > 1 and ratio ≥ {threshold:g}").render(fmt, _console())
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"suite": suite_name, "sweeps": sweeps, "n_pairs": n_pairs,
@@ -353,12 +354,14 @@ def _power(suite_name: str, n_pairs: int, sweeps: list[str], threshold: float, j
     help="slow every load down on purpose: add this many ms to every server → UE packet's core delay (to "
          "measure what a regression check detects); with --against, the candidate side's loads only")
 @_rerun_late_option
+@format_option
 def regress(spec_path: Path | None, against: str | None, candidate_rev: str | None, determinism: bool,
             determinism_only: bool, baseline_path: Path | None, strict_machine: bool, power_from: str | None,
             power_json: Path | None, from_store: bool, sweep: str | None, update_baseline: bool,
             threshold: float, junit_path: Path | None, executor: str, ray_address: str | None,
             output_root: Path | None, run_id_prefix: str,
-            store_path: Path | None, influx_url: str | None, inject_delay_ms: float, rerun_late: bool) -> None:
+            store_path: Path | None, influx_url: str | None, inject_delay_ms: float, rerun_late: bool,
+            fmt: str | None) -> None:
     """Compare every (scenario, scheme) PLT distribution of SPEC between the candidate and a
     base revision run on this machine (A/B, the default), or with a committed BASELINE; exit
     status 1 on a significant regression (or a determinism difference)."""
@@ -366,7 +369,7 @@ def regress(spec_path: Path | None, against: str | None, candidate_rev: str | No
         if baseline_path is not None or power_from is not None:
             raise click.UsageError("--determinism-only compares two builds: not with --baseline or --power-from")
         _regress_ab(None, against, candidate_rev, True, sweep, threshold, junit_path, output_root, run_id_prefix,
-                    store_path, influx_url, inject_delay_ms, rerun_late)
+                    store_path, influx_url, inject_delay_ms, rerun_late, fmt)
         return
     if spec_path is None:
         raise click.UsageError("give SPEC (or --determinism-only)")
@@ -374,7 +377,7 @@ def regress(spec_path: Path | None, against: str | None, candidate_rev: str | No
     fewest = min(s.repetitions for s in spec.scenarios())
     if power_from is not None:
         _power(spec.name, fewest, [s.strip() for s in power_from.split(",") if s.strip()], threshold, power_json,
-               store_path)
+               store_path, fmt)
         return
     if fewest < rg.MIN_LOADS:
         raise InputError(f"{spec_path}: repetitions: {fewest} — a regression check needs at least {rg.MIN_LOADS} loads "
@@ -387,7 +390,7 @@ def regress(spec_path: Path | None, against: str | None, candidate_rev: str | No
         if executor != "local":
             raise click.UsageError("--executor: the A/B mode runs both sides on this machine (local)")
         _regress_ab(spec_path, against, candidate_rev, determinism, sweep, threshold, junit_path, output_root,
-                    run_id_prefix, store_path, influx_url, inject_delay_ms, rerun_late)
+                    run_id_prefix, store_path, influx_url, inject_delay_ms, rerun_late, fmt)
         return
     if against is not None or candidate_rev is not None:
         raise click.UsageError("--against/--candidate (A/B) and --baseline are two modes: give one")
@@ -424,7 +427,7 @@ def regress(spec_path: Path | None, against: str | None, candidate_rev: str | No
         return
     comparisons = rg.compare(current, baseline, threshold=threshold)
     _print_comparisons(f"PLT regression check — {spec.name} vs {baseline_path.name}", comparisons, threshold,
-                       ("current ms", "baseline ms"))
+                       ("current ms", "baseline ms"), fmt)
     reruns = sum(s.late_reruns for s in current.values())
     late = sum(c.n_late_current for c in comparisons)
     click.echo(f"timing: {reruns} load(s) run again because the emulator fell behind; {late} load(s) left out "
@@ -433,23 +436,39 @@ def regress(spec_path: Path | None, against: str | None, candidate_rev: str | No
 
 
 def _print_comparisons(title: str, comparisons: list[rg.Comparison], threshold: float,
-                       medians: tuple[str, str]) -> None:
-    table = TerminalTable(title=f"{title} (ratio: Hodges–Lehmann of the loads paired by trace stretch, else of all "
-                                f"load pairs; exact 95% CI; regression when CI low > 1 and ratio ≥ {threshold:g})")
-    for col in ("scenario", "scheme", "verdict", *medians, "test", "ratio", "95% CI", "n", "late", "note"):
-        table.add_column(col)
+                       medians: tuple[str, str], fmt: str | None) -> None:
+    """The verdicts as a listing: a table fitting the terminal, or csv/json/markdown (``--format``)."""
     colour = {"ok": "green", "improved": "cyan", "regression": "red", "missing": "red", "new-failures": "red",
               "too-few-loads": "red"}
-    for c in comparisons:
-        table.add_row(c.label, c.scheme, f"[{colour[c.verdict]}]{c.verdict}[/]",
-                      f"{c.current_median_ms:,.0f}" if c.current_median_ms is not None else "–",
-                      f"{c.baseline_median_ms:,.0f}" if c.baseline_median_ms is not None else "–",
-                      c.method or "–",
-                      f"{c.ratio:.3f}" if c.ratio is not None else "–",
-                      f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low is not None and c.ci_high is not None
-                      else "–",
-                      f"{c.n_current}/{c.n_baseline}", f"{c.n_late_current}/{c.n_late_baseline}", c.note)
-    _console().print(table)
+
+    def ms(v: float | None) -> str:
+        return f"{v:,.0f}" if v is not None else "–"
+
+    def ratio(v: float | None) -> str:
+        return f"{v:.3f}" if v is not None else "–"
+
+    columns = (
+        Column("scenario"), Column("scheme"),
+        Column("verdict", style=styled(colour)),
+        Column(medians[0].replace(" ", "_"), medians[0], justify="right", show=ms, drop=4),
+        Column(medians[1].replace(" ", "_"), medians[1], justify="right", show=ms, drop=4),
+        Column("test", drop=3), Column("ratio", show=ratio),
+        Column("ci_low", in_table=False), Column("ci_high", in_table=False),
+        Column("ci", "95% CI", in_data=False, drop=1),
+        Column("n_current", in_table=False), Column("n_base", in_table=False),
+        Column("n", in_data=False, drop=2),
+        Column("late_current", in_table=False), Column("late_base", in_table=False),
+        Column("late", in_data=False, drop=2),
+        Column("note", fit="wrap", min_width=16))
+    rows = [(c.label, c.scheme, c.verdict, c.current_median_ms, c.baseline_median_ms, c.method, c.ratio,
+             c.ci_low, c.ci_high,
+             f"[{c.ci_low:.3f}, {c.ci_high:.3f}]" if c.ci_low is not None and c.ci_high is not None else "–",
+             c.n_current, c.n_baseline, f"{c.n_current}/{c.n_baseline}",
+             c.n_late_current, c.n_late_baseline, f"{c.n_late_current}/{c.n_late_baseline}", c.note or "")
+            for c in comparisons]
+    Listing(title, columns, rows,
+            caption=f"ratio: Hodges–Lehmann of the loads paired by trace stretch, else of all load pairs; exact 95% "
+                    f"CI; regression when CI low > 1 and ratio ≥ {threshold:g}").render(fmt, _console())
 
 
 def _finish(suite_name: str, comparisons: list[rg.Comparison], threshold: float, junit_path: Path | None,
@@ -471,7 +490,7 @@ def _finish(suite_name: str, comparisons: list[rg.Comparison], threshold: float,
 def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str | None, determinism: bool,
                 sweep: str | None, threshold: float, junit_path: Path | None, output_root: Path | None,
                 run_id_prefix: str, store_path: Path | None, influx_url: str | None, inject_delay_ms: float,
-                rerun_late: bool) -> None:
+                rerun_late: bool, fmt: str | None) -> None:
     """The A/B mode (orchestrator/ab.py): build the base (and a --candidate commit), run SPEC
     on both sides interleaved, compare; with ``spec_path`` None only the determinism check."""
     from clawbed.orchestrator import ab
@@ -512,13 +531,11 @@ def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str 
             for s in sides.values():
                 s.close()
         determinism_result = result.to_json()
-        table = TerminalTable(title=f"emulator determinism: {result.trace}, seed {result.seed} — the base's build "
-                                    "against the candidate's")
-        for col in ("scenario", "verdict", "what was compared"):
-            table.add_column(col, overflow="fold")
-        for d in result.differences:
-            table.add_row(d.scenario, "[green]same[/]" if d.ok else "[red]differs[/]", d.detail)
-        _console().print(table)
+        Listing(f"emulator determinism: {result.trace}, seed {result.seed} — the base's build against the "
+                "candidate's", (Column("scenario"), Column("ok", "verdict", show=lambda v: "same" if v else "differs",
+                                                          style=lambda v: "green" if v else "red"),
+                                Column("detail", "what was compared", fit="wrap", min_width=20)),
+                [(d.scenario, d.ok, d.detail) for d in result.differences]).render(fmt, _console())
         other_checks += [("emulator.determinism", f"determinism {d.scenario}", d.ok, d.detail)
                          for d in result.differences]
     if spec_path is not None:
@@ -532,7 +549,7 @@ def _regress_ab(spec_path: Path | None, against: str | None, candidate_rev: str 
         comparisons = rg.compare(sides_samples["candidate"], sides_samples["base"], threshold=threshold)
         _print_comparisons(f"PLT regression check — {spec.name}: candidate {candidate.commit[:12]}"
                            f"{'+' if candidate.dirty else ''} vs base {base.commit[:12]}, interleaved on this machine",
-                           comparisons, threshold, ("candidate ms", "base ms"))
+                           comparisons, threshold, ("candidate ms", "base ms"), fmt)
         say(f"A/B: {summary.loads['base']} base and {summary.loads['candidate']} candidate load(s) in "
             f"{summary.wall_s:.0f} s; {summary.late_reruns['base']}/{summary.late_reruns['candidate']} run again because "
             f"the emulator fell behind (base/candidate); store sweeps {ab.side_sweep(sweep, 'base')}, "

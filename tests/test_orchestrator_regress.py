@@ -299,3 +299,33 @@ def test_power_table_from_unchanged_reruns() -> None:
     assert row["pairs_measured"] == 18 and row["noise_rms_log"] < 0.06
     assert 1.05 <= row["detectable_ratio"] <= 1.15 and row["power_at_1.10"] >= 0.5
     assert row["false_alarms_at_1.00"] <= 0.025
+
+
+def test_the_verdicts_print_as_a_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    """regress's verdicts: csv carries every figure raw; the table fits 80 columns."""
+    import csv as csv_module
+    import io
+
+    from rich.console import Console
+
+    from clawbed.orchestrator import cli
+
+    comparisons = [
+        rg.Comparison("busy-cell/set-01/base/s1", "claw", "regression", 1.131, 1.103, 1.163, 812.0, 718.0, 24, 24,
+                           method="paired", n_late_current=1),
+        rg.Comparison("idle-cell/set-01/base/s1", "cubic", "ok", 0.998, 0.985, 1.010, 503.0, 504.0, 24, 24,
+                           note="a long note that the table wraps over lines rather than cutting", method="paired")]
+    cli._print_comparisons("PLT regression check", comparisons, 1.05, ("candidate ms", "base ms"), "csv")
+    rows = list(csv_module.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["verdict"] for r in rows] == ["regression", "ok"]
+    assert float(rows[0]["ci_low"]) == 1.103 and rows[0]["late_current"] == "1" and rows[0]["test"] == "paired"
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    original = cli._console
+    try:
+        cli._console = lambda: console
+        cli._print_comparisons("PLT regression check", comparisons, 1.05, ("candidate ms", "base ms"), "table")
+    finally:
+        cli._console = original
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "regression" in text and "1.131" in text and "cutting" in text  # the note is never left out
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
