@@ -123,6 +123,15 @@ class BuiltTree:
     def emulator(self) -> Path:
         return self.tree / "target" / "release" / "clawbed-emu"
 
+    @property
+    def cwd(self) -> Path:
+        """Where the side runs: never a built tree's root. ``python -m clawbed.…``, which every
+        scheme's agents and clients are started with, puts its working folder first on the
+        path, where a tree's root offers its bare ``clawbed/`` folder; the venv's editable
+        finder then supplies every ``clawbed.<part>`` of *this* working tree (seen: the base's
+        CLAW client ran this checkout's code). The revision's own folder holds no package."""
+        return self.tree if self.python_path is None else self.python_path.parent
+
     def describe(self) -> str:
         where = "this working tree" if self.python_path is None else str(self.tree)
         return f"{self.commit[:12]}{' + uncommitted changes' if self.dirty else ''} ({where})"
@@ -270,6 +279,31 @@ class RoundRequest:
     rerun_late: bool = True
 
 
+#: What a side's child processes import, printed as JSON by ``python -c`` run as they are run.
+_CHILD_PROBE = """
+import importlib, json, pathlib, sys
+out = {}
+for name in ("clawbed", "clawbed.claw", "clawbed.emulator", "clawbed.replay", "clawbed.orchestrator",
+             "clawbed.traces", "clawbed.dashboards"):
+    try:
+        out[name] = str(pathlib.Path(importlib.import_module(name).__file__).resolve().parent)
+    except ImportError:
+        pass
+json.dump(out, sys.stdout)
+"""
+
+
+def child_packages(built: BuiltTree) -> dict[str, Path]:
+    """Where a process a side starts (same environment and working folder) imports each
+    ``clawbed`` package from."""
+    done = subprocess.run([sys.executable, "-c", _CHILD_PROBE], env=side_env(built), cwd=built.cwd,
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise ClawbedError(f"importing the {built.commit[:12]} side's clawbed in a child process: "
+                           f"{done.stderr.strip()[-500:]}")
+    return {name: Path(folder) for name, folder in json.loads(done.stdout).items()}
+
+
 def side_env(built: BuiltTree) -> dict[str, str]:
     """The environment of a side's process: its own builds, its own Python package."""
     env = {k: v for k, v in os.environ.items() if k not in BUILD_OVERRIDES}
@@ -291,7 +325,7 @@ class Side:
         # -P: the script's folder stays off sys.path (its modules would shadow installed ones).
         self.proc = subprocess.Popen([sys.executable, "-P", str(SIDE_SCRIPT)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=side_env(built),
-                                     cwd=str(built.tree))
+                                     cwd=str(built.cwd))
         self.log_path = log_path
         hello = self._message()
         where = Path(hello.get("ready", {}).get("clawbed", "/")).resolve()
@@ -299,6 +333,13 @@ class Side:
             self.close()
             raise ClawbedError(f"the {name} side imported clawbed from {where}, not from {built.tree}: "
                                "its code would not be its own")
+        # Its children too (the agents and clients a scheme starts with python -m).
+        strays = {p: w for p, w in child_packages(built).items() if not w.is_relative_to(built.tree.resolve())}
+        if strays:
+            self.close()
+            raise ClawbedError(f"a process the {name} side starts would import "
+                               + ", ".join(f"{p} from {w}" for p, w in sorted(strays.items()))
+                               + f", not from {built.tree}: its code would not be its own")
 
     def _message(self) -> dict[str, Any]:
         assert self.proc.stdout is not None

@@ -5,6 +5,7 @@ a cell-model change caught by the ground truth."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -76,6 +77,28 @@ def test_python_shim_maps_the_trees_package_dirs(tmp_path: Path) -> None:
     (tree / "pyproject.toml").write_text("[project]\n")
     with pytest.raises(ab.BuildError, match="pyproject.toml: no \\[tool.setuptools.package-dir\\]"):
         ab._python_shim(tree, tmp_path / "py")
+
+
+def test_a_sides_children_import_its_own_tree(tmp_path: Path) -> None:
+    """The agents and clients a side starts (python -m clawbed.…, in the side's folder and
+    environment) import every clawbed package from the side's tree; from the tree's root they
+    would not: its bare clawbed/ comes first on their path and the venv's editable finder fills
+    in this checkout's parts."""
+    tree = tmp_path / "tree"
+    parts = ("claw", "emulator", "replay", "orchestrator", "traces", "dashboards")
+    for folder in ("clawbed", *parts):
+        (tree / folder).mkdir(parents=True)
+        (tree / folder / "__init__.py").write_text("")
+    (tree / "pyproject.toml").write_text('[tool.setuptools.package-dir]\n"clawbed" = "clawbed"\n'
+                                         + "".join(f'"clawbed.{p}" = "{p}"\n' for p in parts))
+    ab._python_shim(tree, tmp_path / "rev" / "py")
+    built = ab.BuiltTree("c" * 40, tree, tmp_path / "rev" / "py")
+    assert built.cwd == tmp_path / "rev"
+    seen = ab.child_packages(built)
+    assert set(seen) == {"clawbed", *(f"clawbed.{p}" for p in parts)}
+    assert all(folder.is_relative_to(tree) for folder in seen.values()), seen
+    from_root = ab.child_packages(dataclasses.replace(built, python_path=None))  # cwd = the tree's root
+    assert not from_root["clawbed.claw"].is_relative_to(tree)
 
 
 def test_revisions_resolve_or_are_refused_by_flag() -> None:
