@@ -26,11 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+# pyroute2 is imported with the module, not where it is used, although it takes ~60 ms of a
+# short-lived process's start: with it imported lazily, tests/test_bwest.py's busy-cell
+# estimate (a bulk flow whose server and UE ends are threads of one Python process) erred
+# 7.6-9.2 % against 3.4-4.0 % eagerly, five runs each, with nothing else changed; the cause is
+# not yet found.
+import pyroute2  # noqa: F401
+
 if TYPE_CHECKING:
     from pyroute2 import IPRoute, NetNS
-# pyroute2 is imported where it is used: it takes ~60 ms, and short-lived processes that only
-# need this module's errors, ledger or socket_in_namespace (CLAW's agent and client, started
-# for every load) would pay it on every load's set-up.
 
 from clawbed.errors import ClawbedError
 from clawbed.signals import interrupt_handler, restore_default_signals
