@@ -7,3 +7,7 @@ class ClawbedError(Exception):
 
 class InputError(ClawbedError):
     """Bad user input: a file, a line, a field or a flag. The message names which."""
+
+
+class ResourceError(ClawbedError):
+    """A system call on a namespace, link or process failed; the message says which and why."""

@@ -16,10 +16,8 @@ import json
 import os
 import secrets
 import signal
-import socket
 import string
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +34,8 @@ import pyroute2  # noqa: F401
 if TYPE_CHECKING:
     from pyroute2 import IPRoute, NetNS
 
-from clawbed.errors import ClawbedError
+from clawbed.errors import ResourceError
+from clawbed.setns import in_netns, socket_in_namespace  # noqa: F401  (re-exported)
 from clawbed.signals import interrupt_handler, restore_default_signals
 
 _T = TypeVar("_T")
@@ -46,10 +45,6 @@ PREFIX = "cb"
 IFNAME_MAX = 15
 RUN_ID_ALPHABET = string.ascii_lowercase + string.digits
 RUN_ID_LENGTH = 4
-
-
-class ResourceError(ClawbedError):
-    """A system call on a namespace, link or process failed; the message says which and why."""
 
 
 def new_run_id() -> str:
@@ -555,44 +550,3 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, inter
         if time.monotonic() > deadline:
             raise ResourceError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(interval_s)
-
-
-_CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def in_netns(ns_name: str, what: str, fn: Callable[[], _T]) -> _T:
-    """``fn()`` run in a short-lived thread inside namespace ``ns_name``; its result.
-
-    What such a thread opens belongs to that namespace (sockets, netlink sockets,
-    ``/proc/sys/net`` files) and stays there; this process does not move (``setns`` is per
-    thread; Python 3.11 has no ``os.setns``). An ``OSError`` (or :class:`ResourceError`) ``fn``
-    raises comes back as a :class:`ResourceError` naming the namespace and ``what``.
-    """
-    result: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            with open(f"/var/run/netns/{ns_name}") as f:
-                if _libc.setns(f.fileno(), _CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err))
-            result["value"] = fn()
-        except (OSError, ResourceError) as e:
-            result["error"] = e
-
-    t = threading.Thread(target=run, name=f"setns-{ns_name}")
-    t.start()
-    t.join()
-    if "error" in result:
-        e = result["error"]
-        detail = (getattr(e, "strerror", None) or str(e)) if isinstance(e, OSError) else str(e)
-        raise ResourceError(f"in namespace {ns_name}: {what}: {detail}") from e  # type: ignore[misc]
-    return result["value"]  # type: ignore[return-value]
-
-
-def socket_in_namespace(ns_name: str, family: int = socket.AF_INET,
-                        kind: int = socket.SOCK_STREAM) -> socket.socket:
-    """A socket created inside namespace ``ns_name`` (it stays there; this process does not
-    move): :func:`in_netns`."""
-    return in_netns(ns_name, "creating a socket", lambda: socket.socket(family, kind))

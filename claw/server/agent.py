@@ -260,7 +260,7 @@ def open_socket(listen: tuple[str, int], netns: str | None) -> socket.socket:
     """The agent's UDP socket, bound, in ``netns`` if given (else where this process runs)."""
     try:
         if netns:
-            from clawbed.netns import socket_in_namespace
+            from clawbed.setns import socket_in_namespace  # not clawbed.netns: no pyroute2
             sock = socket_in_namespace(netns, socket.AF_INET, socket.SOCK_DGRAM)
         else:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
