@@ -266,6 +266,17 @@ def pair_row(page: str, scheme: str, stall_ms: float, pairs: list[tuple[LoadReco
     return row
 
 
+def _stalls_option(value: str) -> tuple[float, ...]:
+    """``--stalls-ms``: positive numbers, comma-separated, in increasing order."""
+    try:
+        stalls = tuple(float(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: not a comma-separated list of numbers of ms") from None
+    if not stalls or any(s <= 0 for s in stalls) or list(stalls) != sorted(set(stalls)):
+        raise click.BadParameter(f"{value!r}: stalls must be positive and increasing")
+    return stalls
+
+
 def suggest_bound(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The largest stall whose median PLT error stays within the noise (the second unstalled
     replay's p90 error, per page and scheme) for every page and scheme; every smaller stall
@@ -321,10 +332,13 @@ def render_timing(results: dict[str, Any], console: Console) -> None:
               help="rounds of the default replay for the first-attempt timing-clean share, per placement (0: none)")
 @click.option("--stall-runs", type=click.IntRange(min=0), default=4, show_default=True,
               help="rounds per page and stall for the lateness → PLT error table (0: none)")
+@click.option("--stalls-ms", default=",".join(f"{s:g}" for s in STALLS_MS), show_default=True,
+              callback=lambda _ctx, _param, value: _stalls_option(value),
+              help="the injected stalls of the lateness → PLT error table, ms, comma-separated")
 @click.option("--timing-output", type=click.Path(dir_okay=False, path_type=Path), default=TIMING_RESULTS,
               show_default=True)
 def main(h2_runs: int, browser_runs: int, output: Path, clean_runs: int, stall_runs: int,
-         timing_output: Path) -> None:
+         stalls_ms: tuple[float, ...], timing_output: Path) -> None:
     """Measure the per-load overhead of a replay and write bench-results/replay.json; then the
     first-attempt timing-clean share and the lateness → PLT error table (bench-results/timing.json)."""
     console = Console()
@@ -344,7 +358,7 @@ def main(h2_runs: int, browser_runs: int, output: Path, clean_runs: int, stall_r
                           f"default placement and loader off the cell CPU) …[/dim]")
             timing["clean"] = [clean_share(clean_runs, Path(tmp), split) for split in (False, True)]
         if stall_runs:
-            timing["stalls"] = stall_table(stall_runs, Path(tmp), console=console)
+            timing["stalls"] = stall_table(stall_runs, Path(tmp), stalls_ms=stalls_ms, console=console)
         if clean_runs or stall_runs:
             render_timing(timing, console)
             timing_output.parent.mkdir(parents=True, exist_ok=True)
