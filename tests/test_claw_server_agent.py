@@ -226,3 +226,13 @@ def test_cli_help_and_clear_errors(tmp_path: Path) -> None:
     proc = _cli(*base)
     assert proc.returncode == 1
     assert "claw_peers" in proc.stderr and "registered" in proc.stderr
+
+
+def test_the_agent_starts_without_pyroute2() -> None:
+    """The agent starts once per load: what it imports (its maps, its socket in the server's
+    namespace) must not pull in pyroute2, which clawbed.netns imports with itself (~60 ms of
+    each load's set-up)."""
+    done = subprocess.run([sys.executable, "-c", "import sys, clawbed.claw.server.agent, clawbed.claw.server.bpfmap, "
+                           "clawbed.setns; print('pyroute2' in sys.modules, 'clawbed.netns' in sys.modules)"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]

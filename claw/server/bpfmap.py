@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from clawbed.netns import ResourceError
+from clawbed.errors import ResourceError
 
 _SYS_BPF = 321  # x86-64
 
