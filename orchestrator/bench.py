@@ -553,7 +553,14 @@ def page_row(scenario: Scenario, records: list[LoadRecord], error: str | None = 
                            "measured": measured, "clean_share_pct": share,
                            "clean": {rule: sum(1 for r in records if timing_ok_by(r, rule)) for rule in LATE_RULES},
                            "worst_slip_ms_median": round(float(np.median(slips)), 2) if slips else None,
-                           "plt_ms_median": round(float(np.median(plts)), 1) if plts else None}
+                           "plt_ms_median": round(float(np.median(plts)), 1) if plts else None,
+                           # Each attempt's figures, so that what failed a rule can be read off.
+                           "first_attempts": [{"scheme": r.scheme, "plt_ms": r.plt_ms,
+                                               "subframe_late_max_ms": r.subframe_late_max_ms,
+                                               "subframe_stall_ms": r.subframe_stall_ms,
+                                               "delivery_err_max_ms": r.delivery_err_max_ms,
+                                               "timing_ok": {rule: timing_ok_by(r, rule) for rule in LATE_RULES}}
+                                              for r in records]}
     if error:
         row["error"] = error
     return row

@@ -53,7 +53,8 @@ def _lateness(slips: list[float], delivery_max_ms: float = 0.1) -> Lateness:
     ([1.3], False, True),          # one slip of 1.3 ms: the strict rule reruns it, the evidence keeps it
     ([1.9, 1.9], False, True),     # 3.8 ms in all
     ([1.2] * 5, False, False),     # 6 ms in all: beyond the stall bound
-    ([2.5], False, False),         # one slip beyond the single-slip bound
+    ([3.5], False, True),          # one slip of 3.5 ms: within the single-slip bound (4 ms)
+    ([4.5], False, False),         # one slip beyond the single-slip bound
     ([20.0], False, False),
 ])
 def test_the_rules_on_made_up_loads(slips: list[float], strict: bool, evidence: bool) -> None:
@@ -67,7 +68,7 @@ def test_the_rules_on_made_up_loads(slips: list[float], strict: bool, evidence: 
 
 def test_delivery_error_counts_as_a_slip_and_nothing_measured_is_none() -> None:
     record = LoadRecord(load=0, round=0, scheme="claw")
-    judge(record, _lateness([0.6], delivery_max_ms=3.0), "evidence")
+    judge(record, _lateness([0.6], delivery_max_ms=4.5), "evidence")
     assert record.timing_ok is False and "evidence rule" in describe_lateness(record)
     judge(record, Lateness(None, None, None, None), "evidence")
     assert record.timing_ok is None and record.subframe_slips is None
