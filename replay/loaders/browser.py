@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import tempfile
@@ -112,6 +113,31 @@ def browser_flags(http1: bool, resolve: dict[str, str] | None, spki_sha256: str 
             + (["--disable-http2"] if http1 else []))
 
 
+#: Where a browser's profile goes when it is a memory file system (else the temporary folder).
+#: A fresh profile is some hundred files made and removed per load; on ext4, after many loads,
+#: making them scans the inode bitmaps past the recently deleted ones in the kernel, where this
+#: non-preemptible kernel lets no real-time thread in: the cell's clock stood still up to 0.8 ms
+#: at a time behind Chromium's ThreadPoolForeground threads (docs/timing.md, section 2).
+PROFILE_PARENT_CANDIDATES = ("/dev/shm",)
+
+
+def profile_parent(mounts: str | None = None) -> str | None:
+    """The first of :data:`PROFILE_PARENT_CANDIDATES` that is a writable tmpfs mount point (in
+    ``mounts``, ``/proc/self/mounts``'s text), else None (the system's temporary folder)."""
+    if mounts is None:
+        try:
+            with open("/proc/self/mounts") as f:
+                mounts = f.read()
+        except OSError:
+            return None
+    tmpfs = {fields[1] for fields in (line.split() for line in mounts.splitlines())
+             if len(fields) >= 3 and fields[2] == "tmpfs"}
+    for candidate in PROFILE_PARENT_CANDIDATES:
+        if candidate in tmpfs and os.access(candidate, os.W_OK | os.X_OK):
+            return candidate
+    return None
+
+
 def launch(pw: Playwright, profile: str, flags: list[str], spki_sha256: str | None) -> BrowserContext:
     """A headless Chromium with its profile in ``profile``, its Resource Timing buffer large
     enough for any page."""
@@ -137,7 +163,7 @@ def load(url: str, timeout_s: float, http1: bool, resolve: dict[str, str] | None
     result = LoadResult(ok=False, loader="browser", url=url, notes=notes)
     with contextlib.ExitStack() as stack:
         if kept is None:
-            profile = stack.enter_context(tempfile.TemporaryDirectory(prefix="clawbed-chromium-"))
+            profile = stack.enter_context(tempfile.TemporaryDirectory(prefix="clawbed-chromium-", dir=profile_parent()))
             driver = stack.enter_context(contextlib.nullcontext(pw) if pw else sync_playwright())
             ctx = launch(driver, profile, browser_flags(http1, resolve, spki_sha256, server_address), spki_sha256)
             stack.callback(ctx.close)
@@ -270,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as pw, contextlib.ExitStack() as stack:
             kept = None
             if args.keep_connections:
-                profile = stack.enter_context(tempfile.TemporaryDirectory(prefix="clawbed-chromium-"))
+                profile = stack.enter_context(tempfile.TemporaryDirectory(prefix="clawbed-chromium-",
+                                                                          dir=profile_parent()))
                 kept = launch(pw, profile, browser_flags(args.http1, resolve, args.cert_spki, args.server_address),
                               args.cert_spki)
                 stack.callback(kept.close)
