@@ -375,6 +375,8 @@ class DiagConfig(_Model):
 class AffinityConfig(_Model):
     """CPUs each of the emulator's threads may run on (empty: any)."""
 
+    writer_with_cell: bool = Field(True, description="cb-tx on cb-cell's CPU unless tx names its own; neither named: "
+                                   "both on the last CPU the emulator may use (they wake at the same instants)")
     cell: list[int] = Field(default_factory=list, description="cb-cell: the subframe clock")
     tx: list[int] = Field(default_factory=list, description="cb-tx: every TUN write")
     io: list[int] = Field(default_factory=list, description="cb-io: every TUN read")

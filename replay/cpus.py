@@ -22,7 +22,8 @@ reservation is automatic only with :data:`AUTO_MIN_CPUS` or more (three left to 
 and otherwise asked for (``--reserve-cpu``).
 
 A lighter placement for fewer CPUs (``--loader-off-cell-cpu``, :class:`LoaderSplit`): only the
-cell thread is pinned, to the last CPU, and only the loader — the browser and everything it
+cell thread is pinned, to the last CPU (the writer follows it there, the emulator's
+``affinity.writer_with_cell``), and only the loader — the browser and everything it
 starts — is kept off that CPU; nginx, the schemes' agents and clients and the emulator's other
 threads run anywhere. A scheduler trace of a Chromium replay on 2 vCPUs (docs/timing.md) found
 the browser's threads holding the cell thread's CPU in kernel mode in the slips it traced; the

@@ -130,7 +130,8 @@ def test_every_key_is_one_the_binary_reads(tmp_path: Path) -> None:
     assert resolved["ues"][0]["downlink"] == {"trace": {"path": str(trace), "offset_ms": 100}}
     assert resolved["ues"][1]["uplink"] == {"rate": {"bps": 2_000_000}}
     assert resolved["realtime_priority"] is None and resolved["background_trace"] == str(trace)
-    assert resolved["affinity"] == {"cell": [1], "tx": [1], "io": [0], "diag": [0], "record": [0]}
+    assert resolved["affinity"] == {"writer_with_cell": True, "cell": [1], "tx": [1], "io": [0], "diag": [0],
+                                    "record": [0]}
     assert resolved["tun_offload"] is False and resolved["cpu_latency_qos"] is False and resolved["diag_file"] is False
     assert resolved["ues"][0]["uplink_queue_limit_bytes"] == 50_000
     assert resolved["cell"]["scheduler"] == {"kind": "round-robin"} and resolved["cell"]["harq"]["max_tx"] == 3

@@ -309,6 +309,18 @@ impl CpuLatencyRequest {
     }
 }
 
+/// The CPUs this process may run on, ascending (empty if the kernel would not say).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is plain old data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is valid for the call; 0 means the calling thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads `set` below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
+}
+
 /// Locks the process's memory, present and future, into RAM (`mlockall`), so a real-time
 /// thread never takes a page fault: a fault needs the process's memory-map lock, which a
 /// thread of normal priority may hold (mapping or unmapping memory) while it is

@@ -176,6 +176,7 @@ fn run(cli: &Cli) -> Result<()> {
     let stop_reading = Arc::new(AtomicBool::new(false));
 
     let affinity = &config.affinity;
+    let (cell_cpus, tx_cpus) = affinity.clock_cpus(&emulator::clock::allowed_cpus());
     let plain =
         |name: &'static str, cpus: &Vec<usize>| ThreadSetup { name, cpus: cpus.clone(), ..ThreadSetup::default() };
     let timed = |name: &'static str, cpus: &Vec<usize>| ThreadSetup {
@@ -195,7 +196,7 @@ fn run(cli: &Cli) -> Result<()> {
     let reader_thread = spawn(plain("cb-io", &affinity.io), move || reader.run(&stop))?;
     let writer =
         Writer::new(Arc::clone(&tx_queue), Arc::clone(&devices), Arc::clone(&time), Arc::clone(&record_queues));
-    let writer_thread = spawn(timed("cb-tx", &affinity.tx), move || writer.run())?;
+    let writer_thread = spawn(timed("cb-tx", &tx_cpus), move || writer.run())?;
 
     let engine = Engine::new(
         cell,
@@ -243,7 +244,7 @@ fn run(cli: &Cli) -> Result<()> {
         },
     };
     // The cell thread is this one.
-    let cell_report = timed("cb-cell", &affinity.cell).apply();
+    let cell_report = timed("cb-cell", &cell_cpus).apply();
     let mut engine_counters = engine.run(&signals);
 
     // The engine closed the writer's and the diag thread's queues; the recorder ends once
