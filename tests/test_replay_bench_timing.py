@@ -12,6 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+import click
+import pytest
+
 from clawbed.replay import bench
 from clawbed.replay.records import LoadRecord
 from clawbed.replay.run import Replay, ReplayEvent
@@ -76,3 +79,14 @@ def test_the_staller_stops_and_continues_the_process_once_per_load() -> None:
         child.kill()
         child.wait()
 
+
+
+def test_the_stalls_flag_takes_increasing_positive_ms_and_names_what_is_wrong() -> None:
+    assert bench._stalls_option("2,3,4.5") == (2.0, 3.0, 4.5)
+    for bad, why in (("2,x", "not a comma-separated list"), ("3,2", "positive and increasing"),
+                     ("0,1", "positive and increasing"), ("2,2", "positive and increasing")):
+        with pytest.raises(click.BadParameter, match=why):
+            bench._stalls_option(bad)
+    done = subprocess.run([sys.executable, "-m", "clawbed.replay.bench", "--stalls-ms", "5,1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "--stalls-ms" in done.stderr and "'5,1'" in done.stderr, done.stderr
