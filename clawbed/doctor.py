@@ -110,11 +110,13 @@ class Report:
                 "facts": self.facts.to_json()}
 
     def summary(self) -> dict[str, Any]:
-        """What a run records: the verdict, its reasons and the key readings (no process list)."""
+        """What a run records: the verdict, its reasons and the key readings (the 3 busiest other
+        processes of the sample)."""
         f = self.facts
         return {"verdict": self.verdict, "reasons": self.reasons, "cpus_allowed": f.cpus_allowed,
                 "preempt_model": f.preempt_model, "fifo_allowed": f.fifo_allowed, "steal_pct": f.steal_pct,
-                "loadavg_1m": f.loadavg_1m, "sample_s": f.sample_s}
+                "loadavg_1m": f.loadavg_1m, "sample_s": f.sample_s, "others_cpu_pct": f.others_cpu_pct,
+                "top_processes": [{"pid": pid, "name": name, "cpu_pct": pct} for pid, name, pct in f.top_processes[:3]]}
 
 
 # -- parsing (pure) ------------------------------------------------------------------------------
@@ -414,6 +416,22 @@ def collect(sample_s: float = DEFAULT_SAMPLE_S) -> Facts:
         f.top_processes, f.others_cpu_pct = busy_processes(procs_before, procs_after, f.sample_s,
                                                            os.sysconf("SC_CLK_TCK"), {os.getpid()})
     return f
+
+
+#: The checks of what a sample saw now (not the machine's lasting traits).
+SAMPLED_CHECKS = ("steal", "other processes")
+
+
+def run_warning(report: Report) -> str | None:
+    """What a run says before it starts: every check that is not ok when the verdict is bad,
+    else only the sampled ones (a busy neighbour, steal); a machine's lasting traits (2 CPUs,
+    the kernel's preemption model) are left to ``clawbed doctor``. None: nothing to say."""
+    said = [c for c in report.checks
+            if c.status != "ok" and (report.verdict == "bad" or c.name in SAMPLED_CHECKS)]
+    if not said:
+        return None
+    return (f"clawbed doctor: {report.verdict}: " + "; ".join(f"{c.name}: {c.reading}" for c in said)
+            + "; `clawbed doctor` says what to change")
 
 
 def render(report: Report, width: int = 80) -> str:

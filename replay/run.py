@@ -111,6 +111,9 @@ FILES_CATCH_UP_S = 2.0
 #: recorder at the first request), s.
 FILES_POLL_S = 0.02
 FLUSH_AGAIN_S = 0.1
+#: How long a run samples steal and other processes' CPU before it starts (the doctor's
+#: verdict in the manifest), s: half a second of a run of minutes.
+DOCTOR_SAMPLE_S = 0.5
 #: Ground-truth columns kept per load (UE 0's are prefixed ``ues[0].`` in the file).
 CELL_TRUTH_COLUMNS = ("n_rb", "total_alloc_rbs", "other_alloc_rbs", "other_demand_rbs")
 UE_TRUTH_COLUMNS = ("alloc_rbs", "demand_rbs", "mcs", "tbs_bits", "queue_bytes", "delivered_bytes",
@@ -574,6 +577,12 @@ class Replay:
         :class:`KeyboardInterrupt` propagates."""
         cfg = self.config
         started = time.time()
+        # Whether this machine can hold the 1 ms clock, as `clawbed doctor` judges it, with steal
+        # and other processes sampled before this run starts anything of its own.
+        verdict = doctor.judge(doctor.collect(sample_s=DOCTOR_SAMPLE_S))
+        warning = doctor.run_warning(verdict)
+        if warning:
+            self.on_event(ReplayEvent("warning", 0, message=warning))
         self.run_dir.write_manifest(
             status="running", name=self.name, run_id=self.run_id, started_unix_s=started,
             config={**asdict(cfg), "trace": str(cfg.trace.resolve()), "output_root": str(cfg.output_root)},
@@ -581,8 +590,7 @@ class Replay:
                    **({"imported_from": str(self.trace_source.resolve()),
                        "imported_from_sha256": sha256_file(self.trace_source)} if self.trace_source else {})},
             seed=cfg.seed, versions=versions(BINARY),
-            # Whether this machine can hold the 1 ms clock, as `clawbed doctor` judges it (no sampling).
-            doctor=doctor.judge(doctor.collect(sample_s=0)).summary(),
+            doctor=verdict.summary(),
             host=host_facts(), plan=[{"load": i, "round": r, "scheme": s} for i, (r, s) in enumerate(cfg.plan())])
         status = "failed"
         try:

@@ -20,6 +20,7 @@ from clawbed.doctor import (
     preempt_from_uname,
     process_ticks,
     render,
+    run_warning,
     steal_pct_between,
 )
 
@@ -73,6 +74,18 @@ def test_each_check_judges_its_reading(changes: dict, check: str, status: str) -
     if status != "ok":
         assert any(r.startswith(check) for r in report.reasons)
         assert next(c for c in report.checks if c.name == check).advice
+
+
+def test_a_run_says_what_was_sampled_now_or_everything_when_bad() -> None:
+    # A 2-vCPU machine on a non-preemptive kernel: lasting traits, left to `clawbed doctor`.
+    assert run_warning(judge(good_machine(cpus_allowed=[0, 1], preempt_model="none"))) is None
+    busy = run_warning(judge(good_machine(cpus_allowed=[0, 1], top_processes=[(99, "rustc", 95.0)],
+                                          others_cpu_pct=95.0)))
+    assert busy is not None and busy.startswith("clawbed doctor: warn: other processes:") and "rustc (99)" in busy
+    assert "CPUs" not in busy
+    bad = run_warning(judge(good_machine(cpus_allowed=[0], steal_pct=2.5)))
+    assert bad is not None and "CPUs: 1 allowed" in bad and "steal: 2.5 %" in bad
+    assert run_warning(judge(good_machine())) is None
 
 
 def test_preemption_advice_depends_on_a_dynamic_kernel() -> None:

@@ -129,8 +129,11 @@ def test_exec_runs_in_a_live_replays_ue(tmp_path: Path) -> None:
     assert "clawbed-emu" in names and any(n.startswith("nginx") for n in names)
     assert any(n.startswith("loader-") for n in names)
     assert {"name": "clawbed-emu", "pid": replay.emulator_pid, "netns": None} in made["processes"]
-    # The doctor's verdict is recorded with the run.
-    assert json.loads((run_dir / "manifest.json").read_text())["doctor"]["verdict"] in ("ok", "warn", "bad")
+    # The doctor's verdict is recorded with the run, steal and other processes sampled before it.
+    verdict = json.loads((run_dir / "manifest.json").read_text())["doctor"]
+    assert verdict["verdict"] in ("ok", "warn", "bad") and verdict["sample_s"] >= 0.4
+    assert verdict["steal_pct"] is not None and verdict["others_cpu_pct"] is not None
+    assert isinstance(verdict["top_processes"], list)
     # Once the run has ended, exec refuses, saying why.
     after = clawbed_exec(str(run_dir), "ue", "--", "ip", "addr")
     assert after.returncode == 2 and "not live" in after.stderr, after.stderr
