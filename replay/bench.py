@@ -330,7 +330,8 @@ def render_timing(results: dict[str, Any], console: Console) -> None:
               help="rounds with Chromium (0: none)")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--clean-runs", type=click.IntRange(min=0), default=10, show_default=True,
-              help="rounds of the default replay for the first-attempt timing-clean share, per placement (0: none; 10 rounds are 20 loads, one of them 5 %)")
+              help="rounds of the default replay for the first-attempt timing-clean share, per placement "
+                   "(0: none; 10 rounds are 20 loads, one of them 5 %)")
 @click.option("--stall-runs", type=click.IntRange(min=0), default=4, show_default=True,
               help="rounds per page and stall for the lateness → PLT error table (0: none)")
 @click.option("--stalls-ms", default=",".join(f"{s:g}" for s in STALLS_MS), show_default=True,
