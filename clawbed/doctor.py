@@ -45,6 +45,11 @@ LOADAVG_BAD_PER_CPU = 1.0
 TOP_PROCESSES = 5
 #: The default sample of ``clawbed doctor``, s.
 DEFAULT_SAMPLE_S = 1.0
+#: A probe thread's wake-ups from 1 ms sleeps, ms late: a wake-up this late is a slip the
+#: strict rule flags; with the 99th percentile this late most loads would have them.
+WAKEUP_LATE_MS = 1.0
+#: The probe's period, ns: the cell thread's subframe.
+WAKEUP_PERIOD_NS = 1_000_000
 #: Preemption models by how well a real-time thread gets the CPU back from kernel work.
 PREEMPT_MODELS = ("none", "voluntary", "lazy", "full", "rt")
 
@@ -79,6 +84,13 @@ class Facts:
     others_cpu_pct: float | None = None
     #: ``/proc/loadavg``'s 1-minute figure.
     loadavg_1m: float | None = None
+    #: Over the sample: how late a probe thread woke from sleeps to 1 ms deadlines, as the cell
+    #: thread does (SCHED_FIFO priority 1 when allowed): its wake-ups, their lateness p99 and
+    #: max, ms (Python's own wake-up path adds ~0.05-0.1 ms), and its policy.
+    wakeups: int = 0
+    wakeup_late_p99_ms: float | None = None
+    wakeup_late_max_ms: float | None = None
+    wakeup_policy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +128,8 @@ class Report:
         return {"verdict": self.verdict, "reasons": self.reasons, "cpus_allowed": f.cpus_allowed,
                 "preempt_model": f.preempt_model, "fifo_allowed": f.fifo_allowed, "steal_pct": f.steal_pct,
                 "loadavg_1m": f.loadavg_1m, "sample_s": f.sample_s, "others_cpu_pct": f.others_cpu_pct,
+                "wakeups": f.wakeups, "wakeup_late_p99_ms": f.wakeup_late_p99_ms,
+                "wakeup_late_max_ms": f.wakeup_late_max_ms,
                 "top_processes": [{"pid": pid, "name": name, "cpu_pct": pct} for pid, name, pct in f.top_processes[:3]]}
 
 
@@ -224,7 +238,7 @@ def busy_processes(before: dict[int, tuple[str, int]], after: dict[int, tuple[st
 
 def judge(f: Facts) -> Report:
     """The checks of ``f`` and the verdict: the worst of them."""
-    checks = [_cpus(f), _preemption(f), _fifo(f), _governor(f), *_load(f)]
+    checks = [_cpus(f), _preemption(f), _fifo(f), _governor(f), *_wakeup_checks(f), *_load(f)]
     worst = max(VERDICTS.index(c.status) for c in checks)
     return Report(VERDICTS[worst], checks, f)
 
@@ -288,6 +302,21 @@ def _governor(f: Facts) -> Check:
     return Check("frequency scaling", "warn", reading,
                  "a CPU that clocks down wakes the cell thread late: echo performance into "
                  "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor for the run")
+
+
+def _wakeup_checks(f: Facts) -> list[Check]:
+    """How late the probe woke over the sample (none without one)."""
+    if not f.wakeups or f.wakeup_late_p99_ms is None or f.wakeup_late_max_ms is None:
+        return []
+    reading = (f"{f.wakeups:,} sleeps to 1 ms deadlines ({f.wakeup_policy}): late p99 "
+               f"{f.wakeup_late_p99_ms:.2f} ms, max {f.wakeup_late_max_ms:.2f} ms")
+    if f.wakeup_late_p99_ms >= WAKEUP_LATE_MS:
+        return [Check("timer wake-ups", "bad", reading, "most loads will run late: a quieter machine, or a VM "
+                      "with dedicated vCPUs")]
+    if f.wakeup_late_max_ms >= WAKEUP_LATE_MS:
+        return [Check("timer wake-ups", "warn", reading, "some wake-ups come more than 1 ms late (the other "
+                      "checks may say why; on a VM, the host): loads will have slips the strict rule flags")]
+    return [Check("timer wake-ups", "ok", reading)]
 
 
 def _load(f: Facts) -> list[Check]:
@@ -378,6 +407,46 @@ def probe_fifo() -> tuple[bool, str | None]:
     return bool(result.get("ok")), result.get("error")
 
 
+class WakeupProbe:
+    """A thread that sleeps to 1 ms deadlines until stopped, as the cell thread does, and
+    records how late each wake-up came (SCHED_FIFO priority 1 when allowed). A wake-up past
+    several deadlines counts once, and the next deadline is the first one after it."""
+
+    def __init__(self) -> None:
+        self.late_ms: list[float] = []
+        self.policy = "normal"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="doctor-wakeups", daemon=True)
+
+    def _run(self) -> None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # 0: this thread
+            self.policy = "SCHED_FIFO 1"
+        deadline = time.monotonic_ns() + WAKEUP_PERIOD_NS
+        while not self._stop.is_set():
+            now = time.monotonic_ns()
+            if deadline > now:
+                time.sleep((deadline - now) / 1e9)
+            woke = time.monotonic_ns()
+            self.late_ms.append(max(woke - deadline, 0) / 1e6)
+            deadline += WAKEUP_PERIOD_NS * (1 + max(woke - deadline, 0) // WAKEUP_PERIOD_NS)
+
+    def __enter__(self) -> WakeupProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> tuple[int, float | None, float | None]:
+        """Wake-ups, lateness p99 and max, ms (None: none recorded)."""
+        if not self.late_ms:
+            return 0, None, None
+        ordered = sorted(self.late_ms)
+        return len(ordered), round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3), round(ordered[-1], 3)
+
+
 def _all_process_ticks() -> dict[int, tuple[str, int]]:
     ticks = {}
     for entry in os.listdir("/proc"):
@@ -390,8 +459,8 @@ def _all_process_ticks() -> dict[int, tuple[str, int]]:
 
 
 def collect(sample_s: float = DEFAULT_SAMPLE_S) -> Facts:
-    """Read the machine; with ``sample_s`` > 0 also steal and the busiest other processes over
-    that many seconds (this process left out)."""
+    """Read the machine; with ``sample_s`` > 0 also steal, the busiest other processes (this
+    process left out) and how late a probe thread wakes, over that many seconds."""
     f = Facts(cpus_online=os.cpu_count(), cpus_allowed=sorted(os.sched_getaffinity(0)), is_root=os.geteuid() == 0)
     _preempt(f)
     f.fifo_allowed, f.fifo_error = probe_fifo()
@@ -409,7 +478,10 @@ def collect(sample_s: float = DEFAULT_SAMPLE_S) -> Facts:
     if sample_s > 0:
         stat_before, procs_before = _read("/proc/stat") or "", _all_process_ticks()
         start = time.monotonic()
-        time.sleep(sample_s)
+        with WakeupProbe() as probe:
+            time.sleep(sample_s)
+        f.wakeups, f.wakeup_late_p99_ms, f.wakeup_late_max_ms = probe.summary()
+        f.wakeup_policy = probe.policy
         stat_after, procs_after = _read("/proc/stat") or "", _all_process_ticks()
         f.sample_s = round(time.monotonic() - start, 3)
         f.steal_pct = steal_pct_between(stat_before, stat_after)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from clawbed.doctor import (
     Facts,
+    WakeupProbe,
     busy_processes,
     judge,
     parse_cpu_list,
@@ -60,6 +62,9 @@ def test_a_good_machine_is_ok() -> None:
     ({"rt_runtime_us": 0}, "SCHED_FIFO", "bad"),
     ({"governors": {0: "powersave", 1: "performance"}}, "frequency scaling", "warn"),
     ({"governors": {}}, "frequency scaling", "ok"),
+    ({"wakeups": 1000, "wakeup_late_p99_ms": 0.05, "wakeup_late_max_ms": 0.3}, "timer wake-ups", "ok"),
+    ({"wakeups": 1000, "wakeup_late_p99_ms": 0.05, "wakeup_late_max_ms": 1.3}, "timer wake-ups", "warn"),
+    ({"wakeups": 1000, "wakeup_late_p99_ms": 1.1, "wakeup_late_max_ms": 4.0}, "timer wake-ups", "bad"),
     ({"steal_pct": 2.5}, "steal", "warn"),
     ({"steal_pct": 12.0}, "steal", "bad"),
     ({"top_processes": [(99, "rustc", 95.0)], "others_cpu_pct": 95.0}, "other processes", "warn"),
@@ -86,6 +91,21 @@ def test_a_run_says_what_was_sampled_now_or_everything_when_bad() -> None:
     bad = run_warning(judge(good_machine(cpus_allowed=[0], steal_pct=2.5)))
     assert bad is not None and "CPUs: 1 allowed" in bad and "steal: 2.5 %" in bad
     assert run_warning(judge(good_machine())) is None
+
+
+def test_the_wake_up_probe_sleeps_to_1_ms_deadlines_and_counts_a_late_one_once() -> None:
+    started = time.monotonic()
+    with WakeupProbe() as probe:
+        time.sleep(0.2)
+    elapsed_ms = (time.monotonic() - started) * 1000
+    wakeups, p99, worst = probe.summary()
+    # At most one wake-up a ms: a late one skips the deadlines it passed.
+    assert 20 <= wakeups <= elapsed_ms + 1 and p99 is not None and worst is not None and 0 <= p99 <= worst
+    assert all(v >= 0 for v in probe.late_ms)
+    assert probe.policy in ("SCHED_FIFO 1", "normal")
+    assert WakeupProbe().summary() == (0, None, None)
+    # No probe without a sample: no check.
+    assert "timer wake-ups" not in statuses(good_machine(wakeups=0))
 
 
 def test_preemption_advice_depends_on_a_dynamic_kernel() -> None:
