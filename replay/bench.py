@@ -45,6 +45,7 @@ import click
 import numpy as np
 from rich.console import Console
 
+from clawbed import doctor
 from clawbed.files import atomic_write
 from clawbed.paths import REPO_ROOT
 from clawbed.replay.lateness import LATE_RULES, timing_ok_by
@@ -297,6 +298,15 @@ def suggest_bound(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "for every page and scheme, and every smaller one too"}
 
 
+def doctor_line(summary: dict[str, Any]) -> str:
+    """``clawbed doctor``'s verdict before the runs, in one line: what was not ok and the probe's
+    wake-ups."""
+    late = (f"; timer wake-ups late p99 {summary['wakeup_late_p99_ms']:g}, max {summary['wakeup_late_max_ms']:g} ms"
+            if summary.get("wakeups") and summary.get("wakeup_late_max_ms") is not None else "")
+    reasons = ", ".join(r.split(":")[0] for r in summary.get("reasons", [])) or "nothing"
+    return f"machine before the runs: clawbed doctor {summary['verdict']} ({reasons} not ok){late}"
+
+
 def render_timing(results: dict[str, Any], console: Console) -> None:
     if results.get("clean"):
         table = TerminalTable(title=f"first attempts timing-clean, default replay — {results['date']}")
@@ -309,6 +319,8 @@ def render_timing(results: dict[str, Any], console: Console) -> None:
             table.add_row(c["placement"], str(c["first_attempts_measured"]),
                           *(str(c["clean_share_pct"].get(rule, "–")) for rule in LATE_RULES), str(c["late_reruns"]))
         console.print(table)
+    if results.get("doctor"):
+        console.print(doctor_line(results["doctor"]))
     stalls = results.get("stalls")
     if stalls:
         table = TerminalTable(title="lateness → PLT error (stalled − unstalled, same round and scheme)")
@@ -354,7 +366,9 @@ def main(h2_runs: int, browser_runs: int, output: Path, clean_runs: int, stall_r
                 console.print(f"[dim]measuring the per-load overhead with the {loader} loader ({n} rounds) …[/dim]")
                 runs.append(measure(loader, n, Path(tmp)))
         timing: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M %Z"),
-                                  "machine": {**host_facts(), "kernel": platform.release()}, "trace": BUSY_TRACE.name}
+                                  "machine": {**host_facts(), "kernel": platform.release()}, "trace": BUSY_TRACE.name,
+                                  # The machine as the runs found it (a share is worth what the machine was).
+                                  "doctor": doctor.judge(doctor.collect()).summary()}
         if clean_runs:
             console.print(f"[dim]first-attempt timing-clean share of the default replay ({clean_runs} rounds, "
                           f"default placement and loader off the cell CPU) …[/dim]")

@@ -90,3 +90,16 @@ def test_the_stalls_flag_takes_increasing_positive_ms_and_names_what_is_wrong() 
     done = subprocess.run([sys.executable, "-m", "clawbed.replay.bench", "--stalls-ms", "5,1"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "--stalls-ms" in done.stderr and "'5,1'" in done.stderr, done.stderr
+
+
+def test_the_doctor_line_names_what_was_not_ok_and_the_wake_ups() -> None:
+    from clawbed import doctor
+
+    facts = doctor.Facts(cpus_online=2, cpus_allowed=[0, 1], preempt_model="none", fifo_allowed=True,
+                         rt_runtime_us=950000, sample_s=1.0, steal_pct=0.0, others_cpu_pct=0.0, wakeups=1000,
+                         wakeup_late_p99_ms=0.06, wakeup_late_max_ms=1.2, wakeup_policy="SCHED_FIFO 1")
+    line = bench.doctor_line(doctor.judge(facts).summary())
+    assert line.startswith("machine before the runs: clawbed doctor warn (CPUs, preemption, timer wake-ups not ok)")
+    assert line.endswith("timer wake-ups late p99 0.06, max 1.2 ms")
+    facts.wakeups = 0  # no sample: nothing said of wake-ups
+    assert "wake-ups" not in bench.doctor_line(doctor.judge(facts).summary())
