@@ -911,7 +911,8 @@ class Replay:
             client_log = scheme.client_log(ctx, ctx.ues[0])
             lap("scheme_setup")
             sampler.reset(cc_maps_dir=scheme.cc_maps_dir)
-            sampler.start()
+            # A kept connection is this load's; any other flow there now is an earlier load's.
+            sampler.start(leave_out_present=not cfg.keep_connections)
             background_before = {a.name: a.bytes_delivered() for a in activities}
             counters_before = _tcp_counters(self._server_pid)
             lap("sampler_start")

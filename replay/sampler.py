@@ -79,6 +79,8 @@ class TcpSampler:
     _flows_map: Any = field(default=None, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
+    #: Flows (peer address, port) left out: those present when the load began (:meth:`start`).
+    _excluded: set[tuple[str, int]] = field(default_factory=set, repr=False)
 
     @property
     def ports(self) -> tuple[int, ...]:
@@ -105,6 +107,7 @@ class TcpSampler:
         self.rows = []
         self.errors = 0
         self.cc_maps_dir = cc_maps_dir
+        self._excluded = set()
 
     # -- one sample ---------------------------------------------------------------------------
 
@@ -113,16 +116,11 @@ class TcpSampler:
         if self._diag is None:
             raise RuntimeError("TcpSampler.open() was not called")
         now = time.time()
-        # The kernel filters on the local port: a namespace shared with other UEs' senders
-        # holds dozens of other flows, and decoding them all each period costs a core's tenth.
-        # One dump per port (the filter takes one).
-        messages = [msg for port in self.ports
-                    for msg in self._diag.get_sock_stats(family=socket.AF_INET, states=SS_ALL & ~(1 << SS_LISTEN),
-                                                         extensions=_EXT_INFO | _EXT_CONG, sport=port)]
+        messages = self._dump()
         claw = self._claw_flows()
         seen = 0
         for msg in messages:
-            if msg["idiag_sport"] not in self.ports:
+            if msg["idiag_sport"] not in self.ports or (msg["idiag_dst"], msg["idiag_dport"]) in self._excluded:
                 continue
             info = msg.get_attr("INET_DIAG_INFO")
             if info is None:
@@ -130,6 +128,14 @@ class TcpSampler:
             seen += 1
             self.rows.append(self._row(now, msg, info, claw))
         return seen
+
+    def _dump(self) -> list[Any]:
+        # The kernel filters on the local port: a namespace shared with other UEs' senders
+        # holds dozens of other flows, and decoding them all each period costs a core's tenth.
+        # One dump per port (the filter takes one).
+        return [msg for port in self.ports
+                for msg in self._diag.get_sock_stats(family=socket.AF_INET, states=SS_ALL & ~(1 << SS_LISTEN),
+                                                     extensions=_EXT_INFO | _EXT_CONG, sport=port)]
 
     def _claw_flows(self) -> dict[tuple[str, int], FlowStats]:
         """The CC's per-flow state keyed by (UE address, UE port); empty without a CLAW scheme."""
@@ -192,10 +198,21 @@ class TcpSampler:
 
     # -- the sampling thread ------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Sample every :attr:`period_s` on a thread until :meth:`stop`."""
+    def start(self, leave_out_present: bool = False) -> None:
+        """Sample every :attr:`period_s` on a thread until :meth:`stop`. ``leave_out_present``:
+        the flows there now are an earlier load's, still closing (the server's socket waits in
+        LAST_ACK for the UE's last ACK, a round trip through the cell, and the next load may
+        begin first): their samples would be this load's under the earlier scheme's CC."""
         if self._thread is not None:
             raise RuntimeError("the sampler is already running")
+        if leave_out_present:
+            if self._diag is None:
+                raise RuntimeError("TcpSampler.open() was not called")
+            try:
+                self._excluded = {(m["idiag_dst"], m["idiag_dport"]) for m in self._dump()
+                                  if m["idiag_sport"] in self.ports}
+            except (OSError, ValueError):
+                self.errors += 1
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name=f"tcp-sampler-{self.netns}", daemon=True)
         self._thread.start()
