@@ -119,7 +119,11 @@ def test_two_nodes_run_one_suite_and_a_killed_workers_scenario_runs_again_elsewh
             if first >= 1 and len(workers) == 2:
                 killed = workers[0]
                 os.kill(killed, signal.SIGKILL)
-        assert killed is not None, "the two scenarios never ran side by side"
+        if killed is None:  # say what the sweep did instead (it may have ended, or failed)
+            sweep.kill()
+            out, err = sweep.communicate(timeout=30)
+            pytest.fail(f"the two scenarios never ran side by side (sweep exit {sweep.returncode}, "
+                        f"workers seen {_marked(mark, title='ray::_run_on_worker')}):\n{out[-3000:]}\n{err[-3000:]}")
         out, err = sweep.communicate(timeout=SWEEP_TIMEOUT_S)
         assert sweep.returncode == 0, out + err
     finally:
