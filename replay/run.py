@@ -111,8 +111,8 @@ FILES_CATCH_UP_S = 2.0
 #: recorder at the first request), s.
 FILES_POLL_S = 0.02
 FLUSH_AGAIN_S = 0.1
-#: How long a run samples steal and other processes' CPU before it starts (the doctor's
-#: verdict in the manifest), s: half a second of a run of minutes.
+#: How long a run samples steal, other processes' CPU and a probe's 1 ms wake-ups before it
+#: starts (the doctor's verdict in the manifest), s: half a second of a run of minutes.
 DOCTOR_SAMPLE_S = 0.5
 #: Ground-truth columns kept per load (UE 0's are prefixed ``ues[0].`` in the file).
 CELL_TRUTH_COLUMNS = ("n_rb", "total_alloc_rbs", "other_alloc_rbs", "other_demand_rbs")
@@ -577,8 +577,8 @@ class Replay:
         :class:`KeyboardInterrupt` propagates."""
         cfg = self.config
         started = time.time()
-        # Whether this machine can hold the 1 ms clock, as `clawbed doctor` judges it, with steal
-        # and other processes sampled before this run starts anything of its own.
+        # Whether this machine can hold the 1 ms clock, as `clawbed doctor` judges it, sampled
+        # before this run starts anything of its own.
         verdict = doctor.judge(doctor.collect(sample_s=DOCTOR_SAMPLE_S))
         warning = doctor.run_warning(verdict)
         if warning:
